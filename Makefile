@@ -1,0 +1,33 @@
+# Every target sets itself up from a fresh clone: the venv and pinned installs come first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CONSTRAINTS := constraints/constraints-py3.11.txt
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade "pip>=24"
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/python -m airflow_provider_etl_craft.example_dags.demo
+
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check airflow_provider_etl_craft tests
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check airflow_provider_etl_craft tests
+	$(BIN)/ruff format --check airflow_provider_etl_craft tests
+
+clean:
+	rm -rf $(VENV) .demo build dist *.egg-info

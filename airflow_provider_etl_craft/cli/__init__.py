@@ -1,0 +1,1 @@
+"""The ``etl-craft-airflow`` command line."""

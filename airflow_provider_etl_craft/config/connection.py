@@ -1,0 +1,62 @@
+"""Engine profiles from an Airflow connection: file-backed (``config_path`` extra) or inline fields."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from airflow_provider_etl_craft import _compat
+from airflow_provider_etl_craft.config.load import PROFILE_KEYS
+from airflow_provider_etl_craft.config.profile import EngineProfile, build_profile, load_engine_profile
+from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource
+from airflow_provider_etl_craft.engine.url import DRIVER_SETTINGS
+from airflow_provider_etl_craft.errors import ConfigurationError
+
+#: Extras of an inline connection, and the profile setting each one fills.
+INLINE_EXTRAS = {"engine_schema": "schema", "jdbc_url": "jdbc_url", "auth_mode": "auth_mode"} | {
+    key: key for key in PROFILE_KEYS - {"schema", "jdbc_url", "auth_mode", "user", "secret"}
+}
+FILE_EXTRAS = frozenset({"config_path", "profile"})
+
+
+def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProfile:
+    """Resolve an ``etl_craft`` Airflow connection into an :class:`EngineProfile`.
+
+    With an extra ``config_path`` the connection points at a craft-connector.yml (and ``profile``, or the
+    ``profile`` extra, selects the profile). Otherwise the connection itself holds the settings: host, port,
+    schema (= database), login, password (= the secret) and extras ``engine_schema``, ``auth_mode`` and the
+    mode's fields — or an extra ``jdbc_url`` (SQLite, or a full PostgreSQL URL).
+
+    :raises ConfigurationError: unknown extras, missing fields, anything :func:`build_profile` refuses.
+    """
+    conn_id = conn.conn_id
+    extras = {k: v for k, v in (conn.extra_dejson or {}).items() if v not in (None, "")}
+    origin = f"Airflow connection '{conn_id}'"
+    if "config_path" in extras:
+        return load_engine_profile(extras["config_path"], profile or extras.get("profile"))
+    allowed = set(INLINE_EXTRAS) | DRIVER_SETTINGS
+    unknown = sorted(k for k in extras if k not in allowed)
+    if unknown:
+        raise ConfigurationError(
+            f"{origin}: unknown extra(s) {', '.join(unknown)}; allowed: config_path, profile, "
+            f"{', '.join(sorted(allowed))}"
+        )
+    settings: dict[str, Any] = {INLINE_EXTRAS[k]: v for k, v in extras.items() if k in INLINE_EXTRAS}
+    if "jdbc_url" not in settings:
+        if not conn.host or not conn.schema:
+            raise ConfigurationError(
+                f"{origin}: set host and schema (= database), or an extra jdbc_url (e.g. jdbc:sqlite:/data/engine.db), "
+                "or an extra config_path pointing at craft-connector.yml"
+            )
+        query = urlencode({k: str(v) for k, v in extras.items() if k in DRIVER_SETTINGS})
+        settings["jdbc_url"] = (
+            f"jdbc:postgresql://{conn.host}:{conn.port or 5432}/{quote(conn.schema)}" + (f"?{query}" if query else "")
+        )
+    if conn.login:
+        settings["user"] = conn.login
+    secret_values = {}
+    if conn.password:
+        _compat.mask_secret(conn.password)
+        secret_values["secret"] = conn.password
+    literal = Resolver(SecretsSource("connection", lambda _name: None), conn_id, origin)
+    return build_profile(conn_id, settings, literal, origin, f"connection '{conn_id}'", None, secret_values)

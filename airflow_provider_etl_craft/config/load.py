@@ -1,0 +1,135 @@
+"""Strict YAML loading of craft-connector.yml: duplicate keys and unknown names are refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airflow_provider_etl_craft.errors import ConfigurationError
+
+#: Sections of a real etl-craft file; the provider reads Secrets and Engine and leaves the rest alone.
+KNOWN_SECTIONS = frozenset({"Secrets", "Engine", "Orchestration", "Warehouse", "Cloning", "Docs_site"})
+SECRETS_KEYS = frozenset({"Source_type", "Profile", "Path"})
+PROFILE_KEYS = frozenset(
+    {
+        "jdbc_url",
+        "schema",
+        "user",
+        "auth_mode",
+        "secret",
+        "key_file",
+        "cert_file",
+        "client_id",
+        "token_url",
+        "scope",
+        "issuer",
+        "region",
+        "role_arn",
+    }
+)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: object, line: int, first_line: int) -> None:
+        super().__init__(key)
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(key, line, seen[key])
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+@dataclass(frozen=True)
+class ConnectorFile:
+    """The parts of craft-connector.yml the provider reads, already checked for unknown names."""
+
+    path: Path
+    secrets: dict[str, Any]
+    engine: dict[str, Any]
+
+    @property
+    def base_dir(self) -> Path:
+        """Folder every relative path in the file resolves against."""
+        return self.path.parent
+
+    @property
+    def profiles(self) -> dict[str, dict[str, Any]]:
+        """Every mapping under ``Engine`` is a profile."""
+        return {k: v for k, v in self.engine.items() if k != "Profile"}
+
+
+def load_connector_file(path: Path) -> ConnectorFile:
+    """Parse and structurally validate ``path``.
+
+    :raises ConfigurationError: bad YAML, duplicate keys, unknown sections or keys, wrong shapes.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{path}: cannot read the file ({type(exc).__name__}); check it exists and is UTF-8") from None
+    try:
+        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
+    except _DuplicateKey as dup:
+        raise ConfigurationError(
+            f"{path}: key '{dup.key}' appears twice (lines {dup.first_line} and {dup.line}); keep only one"
+        ) from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigurationError(f"{path}: not valid YAML{at}: {problem}; fix the syntax") from None
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise ConfigurationError(f"{path}: the top level must be a mapping of sections (Secrets, Engine, …)")
+    unknown = sorted(str(k) for k in document if k not in KNOWN_SECTIONS)
+    if unknown:
+        raise ConfigurationError(
+            f"{path}: unknown section(s) {', '.join(unknown)}; known sections are {', '.join(sorted(KNOWN_SECTIONS))}"
+        )
+    secrets = _section(path, document, "Secrets", required=False)
+    _refuse_unknown(path, "Secrets", secrets, SECRETS_KEYS)
+    engine = _section(path, document, "Engine", required=True)
+    for name, value in engine.items():
+        if name == "Profile":
+            continue
+        if not isinstance(value, dict):
+            raise ConfigurationError(
+                f"{path}: Engine.{name} is not a profile mapping; Engine holds 'Profile' and profile "
+                f"mappings (jdbc_url, schema, …) only"
+            )
+        _refuse_unknown(path, f"Engine.{name}", value, PROFILE_KEYS)
+    return ConnectorFile(path=path, secrets=secrets, engine=engine)
+
+
+def _section(path: Path, document: dict[str, Any], name: str, *, required: bool) -> dict[str, Any]:
+    value = document.get(name)
+    if value is None:
+        if required:
+            raise ConfigurationError(f"{path}: no '{name}' section; add {name}: with at least one profile")
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{path}: section '{name}' must be a mapping")
+    return value
+
+
+def _refuse_unknown(path: Path, where: str, mapping: dict[str, Any], allowed: frozenset[str]) -> None:
+    unknown = sorted(str(k) for k in mapping if k not in allowed)
+    if unknown:
+        raise ConfigurationError(
+            f"{path}: unknown key(s) in {where}: {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )

@@ -1,0 +1,213 @@
+"""The resolved Engine profile: which database, which schema, which auth mode, with secrets kept out of repr."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_etl_craft.auth import AUTH_MODES, PLANNED_MODES, AuthMode
+from airflow_provider_etl_craft.config.load import load_connector_file
+from airflow_provider_etl_craft.config.locate import locate_config
+from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, build_source
+from airflow_provider_etl_craft.engine.url import PostgresTarget, SqliteTarget, Target, parse_jdbc_url
+from airflow_provider_etl_craft.errors import ConfigurationError
+
+#: A plain PostgreSQL identifier; folded to lower case as PostgreSQL folds unquoted names.
+SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SQLITE_REFUSED = ("user", "secret", "key_file", "cert_file", "client_id", "token_url", "scope", "issuer",
+                   "region", "role_arn")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """Everything needed to open Engine DB connections. ``secrets`` never appears in ``repr``."""
+
+    name: str
+    origin: str
+    setting_prefix: str
+    target: Target
+    schema: str
+    auth_mode: str
+    user: str | None = None
+    fields: Mapping[str, str] = field(default_factory=dict)
+    #: Folder of craft-connector.yml (None for an inline Airflow connection): relative paths, migrations/.
+    base_dir: Path | None = None
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def dialect_name(self) -> str:
+        return self.target.dialect_name
+
+    def setting(self, key: str) -> str:
+        """Dotted name of one of this profile's settings, for messages (``Engine.prod.auth_mode``)."""
+        return f"{self.setting_prefix}.{key}"
+
+    def auth(self) -> AuthMode:
+        return AUTH_MODES[self.auth_mode]()
+
+    def describe(self) -> str:
+        return f"profile '{self.name}' ({self.target.describe()}, schema {self.schema}) from {self.origin}"
+
+
+def load_engine_profile(config_path: str | Path | None = None, profile: str | None = None) -> EngineProfile:
+    """Locate craft-connector.yml, pick the active Engine profile and resolve it.
+
+    :param config_path: explicit file; else ``$ETL_CRAFT_CONFIG``, else an upward search.
+    :param profile: explicit profile name; else ``Engine.Profile``, ``Secrets.Profile``, or the only one.
+    :raises ConfigurationError: any problem with the file or the active profile.
+    """
+    path = locate_config(config_path)
+    connector = load_connector_file(path)
+    source = build_source(connector.secrets, connector.base_dir, path)
+    name = select_profile(connector.profiles, connector.engine, connector.secrets, source, profile, str(path))
+    resolver = Resolver(source, name, str(path))
+    return build_profile(name, connector.profiles[name], resolver, str(path), f"Engine.{name}", connector.base_dir)
+
+
+def select_profile(
+    profiles: Mapping[str, Any],
+    engine: Mapping[str, Any],
+    secrets: Mapping[str, Any],
+    source: SecretsSource,
+    explicit: str | None,
+    origin: str,
+) -> str:
+    """Choose the active profile: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one."""
+    if not profiles:
+        raise ConfigurationError(f"{origin}: Engine has no profiles; add one, e.g. Engine: {{dev: {{jdbc_url: …}}}}")
+    plain = Resolver(source, "", origin)
+    chosen, where = explicit, "the requested profile"
+    for section, mapping in (("Engine", engine), ("Secrets", secrets)):
+        if not chosen and mapping.get("Profile") is not None:
+            chosen, where = _selector(plain, f"{section}.Profile", mapping["Profile"], profiles), f"{section}.Profile"
+    listed = ", ".join(sorted(profiles))
+    if not chosen:
+        if len(profiles) == 1:
+            return next(iter(profiles))
+        raise ConfigurationError(
+            f"{origin}: no Engine profile selected and there are several ({listed}); set Engine.Profile, "
+            "Secrets.Profile (or the variable it names), or pass --profile"
+        )
+    if chosen not in profiles:
+        raise ConfigurationError(f"{origin}: {where} selects profile '{chosen}', which does not exist; profiles: {listed}")
+    return chosen
+
+
+def _selector(resolver: Resolver, setting: str, raw: object, profiles: Mapping[str, Any]) -> str | None:
+    value = resolver.value(setting, raw)
+    if value in profiles:
+        return value
+    if value == raw and isinstance(raw, str) and raw.isupper():
+        return None  # an UPPER_CASE variable that is not set selects nothing: the next rule decides
+    return value
+
+
+def build_profile(
+    name: str,
+    settings: Mapping[str, Any],
+    resolver: Resolver,
+    origin: str,
+    prefix: str,
+    base_dir: Path | None,
+    secret_values: Mapping[str, str] | None = None,
+) -> EngineProfile:
+    """Validate one profile's settings and resolve them into an :class:`EngineProfile`.
+
+    :param secret_values: secrets given directly (an inline Airflow connection's password) instead of
+        variable names to look up.
+    """
+
+    def setting(key: str) -> str:
+        return f"{prefix}.{key}"
+
+    url = resolver.value(setting("jdbc_url"), settings.get("jdbc_url"))
+    if not url:
+        raise ConfigurationError(f"{origin}: {setting('jdbc_url')} is required, e.g. jdbc:sqlite:engine/etl-craft.db")
+    target = parse_jdbc_url(url, f"{origin}: {setting('jdbc_url')}", base_dir)
+    schema_raw = resolver.value(setting("schema"), settings.get("schema"))
+    auth_raw = resolver.value(setting("auth_mode"), settings.get("auth_mode"))
+    common = dict(name=name, origin=origin, setting_prefix=prefix, target=target, base_dir=base_dir)
+    if isinstance(target, SqliteTarget):
+        return _sqlite_profile(common, settings, schema_raw, auth_raw, origin, setting)
+    assert isinstance(target, PostgresTarget)
+    schema = _schema(schema_raw, origin, setting("schema"))
+    mode = _auth_mode(auth_raw, origin, setting("auth_mode"))
+    unexpected = sorted(k for k in _SQLITE_REFUSED if settings.get(k) is not None and k not in mode.fields())
+    if unexpected:
+        raise ConfigurationError(
+            f"{origin}: {', '.join(setting(k) for k in unexpected)} not used by auth_mode '{mode.name}'; "
+            f"remove it (auth_mode '{mode.name}' takes {', '.join(mode.fields())})"
+        )
+    secrets: dict[str, str] = {}
+    fields: dict[str, str] = {}
+    for key in mode.fields():
+        given = (secret_values or {}).get(key)
+        if key in mode.secret_fields:
+            if given:
+                secrets[key] = given
+            elif settings.get(key) is not None or key in mode.required_fields:
+                if settings.get(key) is None:
+                    raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
+                secrets[key] = resolver.secret(setting(key), settings[key])
+            continue
+        value = resolver.value(setting(key), settings.get(key))
+        if value in (None, ""):
+            if key in mode.required_fields:
+                raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
+            continue
+        if key in mode.path_fields:
+            path = Path(value).expanduser()
+            value = str(path if path.is_absolute() else (base_dir or Path.cwd()) / path)
+        fields[key] = value
+    user = fields.pop("user", None)
+    return EngineProfile(**common, schema=schema, auth_mode=mode.name, user=user, fields=fields, secrets=secrets)
+
+
+def _sqlite_profile(common: dict[str, Any], settings: Mapping[str, Any], schema_raw: str | None,
+                    auth_raw: str | None, origin: str, setting: Any) -> EngineProfile:  # fmt: skip
+    if auth_raw not in (None, "none"):
+        raise ConfigurationError(
+            f"{origin}: {setting('auth_mode')} is '{auth_raw}', but SQLite takes no auth_mode; remove it "
+            "(or write 'none')"
+        )
+    extra = sorted(k for k in _SQLITE_REFUSED if settings.get(k) is not None)
+    if extra:
+        raise ConfigurationError(
+            f"{origin}: {', '.join(setting(k) for k in extra)} has no meaning for a SQLite Engine DB; remove it"
+        )
+    schema = schema_raw or "main"
+    if not SCHEMA_NAME.match(schema):
+        raise ConfigurationError(f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')")
+    return EngineProfile(**common, schema=schema, auth_mode="none")
+
+
+def _schema(raw: str | None, origin: str, setting: str) -> str:
+    if not raw:
+        raise ConfigurationError(
+            f"{origin}: {setting} is required for PostgreSQL: the existing schema that holds the Engine tables"
+        )
+    if not SCHEMA_NAME.match(raw):
+        raise ConfigurationError(
+            f"{origin}: {setting} must be a plain identifier (letters, digits, _; not starting with a digit; "
+            "at most 63 characters)"
+        )
+    return raw.lower()
+
+
+def _auth_mode(raw: str | None, origin: str, setting: str) -> AuthMode:
+    if not raw:
+        raise ConfigurationError(
+            f"{origin}: {setting} is required for PostgreSQL; use one of {', '.join(sorted(AUTH_MODES))}"
+        )
+    if raw in AUTH_MODES:
+        return AUTH_MODES[raw]()
+    if raw in PLANNED_MODES:
+        raise ConfigurationError(
+            f"{origin}: {setting} '{raw}' is not available in this release; use one of {', '.join(sorted(AUTH_MODES))}"
+        )
+    raise ConfigurationError(
+        f"{origin}: {setting} '{raw}' is not an auth mode; use one of {', '.join(sorted(AUTH_MODES) + list(PLANNED_MODES))}"
+    )

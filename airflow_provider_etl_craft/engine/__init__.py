@@ -1,0 +1,1 @@
+"""The Engine DB: URLs, dialects, locks, schema, migrations."""

@@ -1,0 +1,75 @@
+"""What a dialect provides; callers (schema, migrations, run lifecycle) never branch on the database."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.config.profile import EngineProfile
+
+
+class EngineDialect(ABC):
+    """One Engine DB: opens connections to it, runs transactions and scripts, and holds named locks.
+
+    SQL written by callers uses ``?`` placeholders; :meth:`sql` rewrites them for the driver.
+    """
+
+    name: ClassVar[str]
+    placeholder: ClassVar[str]
+
+    def __init__(self, profile: EngineProfile) -> None:
+        self.profile = profile
+        self._sql_cache: dict[str, str] = {}
+
+    @abstractmethod
+    def connect(self) -> Any:
+        """A new DB-API connection in autocommit mode, session set up (pragmas or search_path, checks done).
+
+        :raises ConfigurationError: bad settings, missing schema, failed login.
+        :raises EngineUnreachableError: the database did not answer (retryable).
+        """
+
+    @abstractmethod
+    def transaction(self, conn: Any) -> AbstractContextManager[Any]:
+        """Open a write transaction on ``conn``; commit on success, roll back on error. Yields a cursor."""
+
+    @abstractmethod
+    def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
+        """Hold the named cross-process lock (SPEC §8); ``conn`` may be reused where the lock needs one."""
+
+    @abstractmethod
+    def execute_script(self, cursor: Any, text: str) -> None:
+        """Run a multi-statement SQL file inside the caller's transaction."""
+
+    @abstractmethod
+    def table_names(self, conn: Any) -> set[str]:
+        """Upper-cased names of the tables in the Engine schema."""
+
+    def sql(self, text: str) -> str:
+        """Rewrite ``?`` placeholders for this driver (cached; SQL texts are constants)."""
+        if self.placeholder == "?":
+            return text
+        cached = self._sql_cache.get(text)
+        if cached is None:
+            cached = self._sql_cache[text] = text.replace("%", "%%").replace("?", self.placeholder)
+        return cached
+
+    def query(self, conn: Any, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement and return all rows (empty for statements without results)."""
+        cur = conn.cursor()
+        try:
+            cur.execute(self.sql(text), tuple(params))
+            return list(cur.fetchall()) if cur.description else []
+        finally:
+            cur.close()
+
+    def describe(self) -> str:
+        return self.profile.target.describe()
+
+
+def split_rows(rows: Iterator[tuple[Any, ...]]) -> list[Any]:
+    """First column of each row."""
+    return [row[0] for row in rows]

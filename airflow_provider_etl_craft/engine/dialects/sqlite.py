@@ -1,0 +1,103 @@
+"""SQLite Engine DBs: WAL, busy timeout, foreign keys, ``BEGIN IMMEDIATE``, a lock file per named lock."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from airflow_provider_etl_craft.engine import locks
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.url import SqliteTarget
+from airflow_provider_etl_craft.errors import ConfigurationError
+
+MIN_VERSION = (3, 35, 0)
+#: Writers queue on the database lock for up to this long instead of failing with "database is locked".
+BUSY_TIMEOUT_S = 60.0
+
+
+def check_sqlite_version(found: tuple[int, int, int] = sqlite3.sqlite_version_info) -> None:
+    """:raises ConfigurationError: when the linked SQLite is older than 3.35 (needed for RETURNING)."""
+    if found < MIN_VERSION:
+        have = ".".join(map(str, found))
+        raise ConfigurationError(
+            f"SQLite {'.'.join(map(str, MIN_VERSION))} or newer is required (RETURNING, partial indexes); this "
+            f"Python links SQLite {have}; use a Python built against a newer SQLite, or a PostgreSQL Engine DB"
+        )
+
+
+class SqliteDialect(EngineDialect):
+    name = "sqlite"
+    placeholder = "?"
+
+    @property
+    def path(self):  # noqa: ANN201 - Path
+        target = self.profile.target
+        assert isinstance(target, SqliteTarget)
+        return target.path
+
+    def connect(self) -> sqlite3.Connection:
+        check_sqlite_version()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigurationError(
+                f"cannot open the SQLite Engine DB {self.path} ({self.profile.setting('jdbc_url')}): {exc}; "
+                "check the path and that its folder is writable"
+            ) from None
+        return conn
+
+    @contextmanager
+    def _transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Cursor]:
+        cur = conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+        finally:
+            cur.close()
+
+    def transaction(self, conn: Any) -> AbstractContextManager[Any]:
+        return self._transaction(conn)
+
+    def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
+        return locks.file_lock(self.path, name, timeout)
+
+    def execute_script(self, cursor: Any, text: str) -> None:
+        for statement in split_statements(text):
+            cursor.execute(statement)
+
+    def table_names(self, conn: Any) -> set[str]:
+        rows = self.query(conn, "SELECT upper(name) FROM sqlite_master WHERE type = 'table'")
+        return {r[0] for r in rows if not r[0].startswith("SQLITE_")}
+
+
+def split_statements(text: str) -> list[str]:
+    """Split a SQL script into statements with SQLite's own ``complete_statement`` (triggers stay whole)."""
+    statements: list[str] = []
+    pending = ""
+    for line in text.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip().strip(";").strip():
+                statements.append(pending.strip())
+            pending = ""
+    if pending.strip() and not _only_comments(pending):
+        raise ConfigurationError("the SQL script ends with an unterminated statement (missing ';')")
+    return statements
+
+
+def _only_comments(text: str) -> bool:
+    return all(not line.strip() or line.strip().startswith("--") for line in text.splitlines())

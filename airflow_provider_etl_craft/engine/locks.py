@@ -1,0 +1,87 @@
+"""Named cross-process locks: a lock file beside a SQLite database, an advisory lock on PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from airflow_provider_etl_craft.errors import LockTimeoutError
+
+LOCK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_:.\-]{0,199}$")
+MIGRATE_LOCK = "migrate"
+
+
+def pipeline_lock(pipeline_code: str) -> str:
+    """The lock that serialises claiming, reopening and finishing one pipeline's runs."""
+    return f"pipeline:{pipeline_code}"
+
+
+def check_lock_name(name: str) -> str:
+    if not LOCK_NAME.match(name):
+        raise ValueError(f"lock name {name!r} must match {LOCK_NAME.pattern}")
+    return name
+
+
+def advisory_key(schema: str, name: str) -> int:
+    """Stable signed 64-bit key for (schema, name): two Engine schemas in one database never collide."""
+    digest = hashlib.sha256(f"etl-craft\x00{schema}\x00{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def sqlite_lock_path(db_path: Path, name: str) -> Path:
+    """``<file>.<name>.lock`` beside the database (``:`` kept; codes cannot hold path separators)."""
+    return db_path.with_name(f"{db_path.name}.{check_lock_name(name)}.lock")
+
+
+@contextmanager
+def file_lock(db_path: Path, name: str, timeout: float | None) -> Iterator[None]:
+    """Hold an OS file lock (flock): the kernel releases it when the holder dies, even on ``kill -9``."""
+    path = sqlite_lock_path(db_path, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(path), timeout=-1 if timeout is None else timeout, thread_local=False)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise LockTimeoutError(
+            f"lock '{name}' was not acquired within {timeout:g}s (lock file {path}); another process holds "
+            "it — wait for it to finish, or raise the lock timeout"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
+def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> Iterator[None]:
+    """Hold a session-level advisory lock on ``conn`` (autocommit); the server frees it if the session dies.
+
+    ``lock_timeout`` bounds the wait server-side, so no polling loop is needed.
+    """
+    import psycopg2.errors
+
+    key = advisory_key(schema, name)
+    millis = 0 if timeout is None else max(1, int(timeout * 1000))
+    with conn.cursor() as cur:
+        cur.execute("SELECT set_config('lock_timeout', %s, false)", (f"{millis}ms",))
+        try:
+            cur.execute("SELECT pg_advisory_lock(%s)", (key,))
+        except psycopg2.errors.LockNotAvailable:
+            raise LockTimeoutError(
+                f"lock '{name}' (advisory key {key} for schema {schema}) was not acquired within {timeout:g}s; "
+                "another process holds it — wait for it to finish, or raise the lock timeout"
+            ) from None
+        finally:
+            cur.execute("SELECT set_config('lock_timeout', '0', false)")
+    try:
+        yield
+    finally:
+        if not conn.closed:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s)", (key,))

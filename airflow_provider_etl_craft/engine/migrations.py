@@ -1,0 +1,143 @@
+"""migrate: packaged ENGINE migrations, then the team's PROJECT migrations, each ledgered with its checksum."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_etl_craft.engine.dialects import EngineDialect
+from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
+from airflow_provider_etl_craft.engine.schema import (
+    DEFAULT_LOCK_TIMEOUT,
+    SCHEMA_VERSION,
+    InitResult,
+    checksum,
+    init_db_locked,
+    sql_root,
+)
+from airflow_provider_etl_craft.errors import ConfigurationError, MigrationError
+
+MIGRATIONS_ENV_VAR = "ETL_CRAFT_MIGRATIONS_DIR"
+
+
+@dataclass(frozen=True)
+class MigrationFile:
+    source: str
+    version: str
+    text: str = field(repr=False)
+
+    @property
+    def checksum(self) -> str:
+        return checksum(self.text)
+
+    @property
+    def label(self) -> str:
+        return f"{self.source} {self.version}"
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    init: InitResult
+    applied: list[str]
+
+
+def find_migrations_dir(explicit: str | os.PathLike[str] | None, base_dir: Path | None) -> Path | None:
+    """``--migrations-dir`` / operator argument, else ``$ETL_CRAFT_MIGRATIONS_DIR``, else ``migrations/``
+    beside craft-connector.yml when it exists.
+
+    :raises ConfigurationError: an explicitly named folder that does not exist.
+    """
+    for value, what in ((explicit, "the migrations directory"), (os.environ.get(MIGRATIONS_ENV_VAR), f"${MIGRATIONS_ENV_VAR}")):
+        if value:
+            path = Path(value).expanduser()
+            if not path.is_absolute() and base_dir is not None:
+                path = base_dir / path
+            if not path.is_dir():
+                raise ConfigurationError(f"{what} {path} does not exist; create it or fix the path")
+            return path.resolve()
+    if base_dir is not None and (base_dir / "migrations").is_dir():
+        return (base_dir / "migrations").resolve()
+    return None
+
+
+def migration_files(dialect_name: str, project_dir: Path | None) -> list[MigrationFile]:
+    """ENGINE files (packaged, for this dialect) first, then PROJECT files; each group in file-name order."""
+    files: list[MigrationFile] = []
+    engine_dir = sql_root() / dialect_name / "migrations"
+    if engine_dir.is_dir():
+        for item in sorted(engine_dir.iterdir(), key=lambda p: p.name):
+            if item.name.endswith(".sql"):
+                files.append(MigrationFile("ENGINE", item.name, item.read_text(encoding="utf-8")))
+    if project_dir is not None:
+        for path in sorted(project_dir.glob("*.sql")):
+            files.append(MigrationFile("PROJECT", path.name, path.read_text(encoding="utf-8")))
+    return files
+
+
+def pending_migrations(dialect: EngineDialect, conn: Any, files: list[MigrationFile]) -> list[MigrationFile]:
+    """Files not yet in the ledger, after checking the ledger against the files.
+
+    :raises MigrationError: a ledgered file was edited or removed, or a new file sorts before an applied one.
+    """
+    ledger = {
+        (src, ver): digest
+        for src, ver, digest in dialect.query(conn, "SELECT SOURCE, VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS")
+        if not (src == "ENGINE" and ver == SCHEMA_VERSION)
+    }
+    by_key = {(f.source, f.version): f for f in files}
+    problems = []
+    for (src, ver), digest in sorted(ledger.items()):
+        found = by_key.get((src, ver))
+        if found is None:
+            problems.append(f"{src} {ver} was applied but its file is gone")
+        elif found.checksum != digest:
+            problems.append(f"{src} {ver} was edited after it was applied (checksum {digest[:12]}… → {found.checksum[:12]}…)")
+    pending = [f for f in files if (f.source, f.version) not in ledger]
+    for new in pending:
+        later = sorted(v for (s, v) in ledger if s == new.source and v > new.version)
+        if later:
+            problems.append(f"{new.label} is new but sorts before already applied {later[-1]}; rename it to sort last")
+    if problems:
+        raise MigrationError(
+            "migrations stopped before applying anything: " + "; ".join(problems)
+            + ". Applied migrations are immutable: restore the original file and put changes in a new one"
+        )
+    return pending
+
+
+def migrate(
+    dialect: EngineDialect,
+    conn: Any,
+    project_dir: Path | None,
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+) -> MigrateResult:
+    """Bring the Engine DB up to date: init-db if needed, then every pending file, one transaction each.
+
+    Runs under the ``migrate`` lock, so concurrent runs serialise and each file is applied once.
+
+    :raises MigrationError: ledger problems (nothing applied), or a file that fails (that file rolled back).
+    """
+    files = migration_files(dialect.name, project_dir)
+    with dialect.lock(MIGRATE_LOCK, lock_timeout, conn):
+        init = init_db_locked(dialect, conn)
+        applied: list[str] = []
+        for item in pending_migrations(dialect, conn, files):
+            try:
+                with dialect.transaction(conn) as cur:
+                    dialect.execute_script(cur, item.text)
+                    cur.execute(
+                        dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"),
+                        (item.source, item.version, item.checksum),
+                    )
+            except MigrationError:
+                raise
+            except Exception as exc:
+                detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise MigrationError(
+                    f"migration {item.label} failed and was rolled back ({detail}); fix the file and run migrate "
+                    f"again ({len(applied)} earlier file(s) stay applied)"
+                ) from None
+            applied.append(item.label)
+    return MigrateResult(init, applied)

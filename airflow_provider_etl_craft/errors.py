@@ -1,0 +1,77 @@
+"""Typed errors: one class per SPEC §11 status, each knowing its CLI exit code and whether Airflow may retry."""
+
+from __future__ import annotations
+
+
+class EtlCraftError(Exception):
+    """Base of every expected error; ``exit_code`` is the CLI status, ``retryable`` the Airflow outcome."""
+
+    exit_code: int = 1
+    status_name: str = "FAILURE"
+    retryable: bool = True
+
+
+class TaskFailedError(EtlCraftError):
+    """A task or run failed; Airflow may retry it."""
+
+
+class ConfigurationError(EtlCraftError):
+    """Missing or invalid file or setting, unset secret, bad URL or auth mode, missing schema, …"""
+
+    exit_code = 3
+    status_name = "CONFIGURATION"
+    retryable = False
+
+
+class EngineUnreachableError(ConfigurationError):
+    """The Engine DB did not answer; a retry may succeed once it is back."""
+
+    retryable = True
+
+
+class MetadataError(EtlCraftError):
+    """A pipeline or task code is not active in the CFG_ tables."""
+
+    exit_code = 4
+    status_name = "METADATA"
+    retryable = False
+
+
+class RunStateError(EtlCraftError):
+    """No run with this key to bind to."""
+
+    exit_code = 9
+    status_name = "RUN_STATE"
+    retryable = False
+
+
+class EngineDBError(EtlCraftError):
+    """init-db found a partial or foreign Engine schema."""
+
+    exit_code = 12
+    status_name = "ENGINE_DB"
+    retryable = False
+
+
+class MigrationError(EtlCraftError):
+    """An applied migration was edited or removed, or a migration file failed."""
+
+    exit_code = 13
+    status_name = "MIGRATION"
+    retryable = False
+
+
+class LockTimeoutError(EtlCraftError):
+    """A named Engine DB lock was not acquired in time."""
+
+    exit_code = 14
+    status_name = "LOCK_TIMEOUT"
+    retryable = True
+
+
+class StaleTransitionError(EtlCraftError):
+    """Another attempt or owner changed the row first."""
+
+    exit_code = 20
+    status_name = "STALE_TRANSITION"
+    retryable = True

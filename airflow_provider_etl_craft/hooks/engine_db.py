@@ -1,0 +1,137 @@
+"""EngineDBHook: a common-sql DbApiHook onto the etl-craft Engine DB (SQLite or PostgreSQL)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, closing
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.common.sql.hooks.sql import DbApiHook
+
+from airflow_provider_etl_craft.config import EngineProfile, load_engine_profile
+from airflow_provider_etl_craft.config.connection import profile_from_connection
+from airflow_provider_etl_craft.engine.dialects import EngineDialect, dialect_for
+from airflow_provider_etl_craft.engine.migrations import MigrateResult, find_migrations_dir, migrate
+from airflow_provider_etl_craft.engine.schema import DEFAULT_LOCK_TIMEOUT, ENGINE_TABLES, InitResult, init_db
+from airflow_provider_etl_craft.engine.url import PostgresTarget
+from airflow_provider_etl_craft.errors import EtlCraftError
+
+
+class EngineDBHook(DbApiHook):
+    """Connections, locks, init-db and migrate for an etl-craft Engine DB.
+
+    The Engine profile comes from an Airflow connection of type ``etl_craft`` — file-backed::
+
+        {"conn_type": "etl_craft", "extra": {"config_path": "/opt/etl/craft-connector.yml", "profile": "prod"}}
+
+    or inline (no file on disk; the password field is the secret)::
+
+        {"conn_type": "etl_craft", "host": "db.internal", "port": 5432, "schema": "etl_craft",
+         "login": "etl_user", "password": "…", "extra": {"engine_schema": "etl_craft", "auth_mode": "password"}}
+
+    — or straight from a craft-connector.yml with :meth:`from_config` (the CLI does this).
+
+    Because it is a ``DbApiHook``, ``SQLExecuteQueryOperator(conn_id=…)`` runs SQL on the Engine DB too.
+    Connections are in autocommit mode; Engine code opens explicit transactions through the dialect.
+
+    :param etl_craft_conn_id: the Airflow connection (default ``etl_craft_default``).
+    :param profile: the profile to use from a file-backed connection or config file (overrides the file's).
+    :param config_path: read this craft-connector.yml instead of an Airflow connection.
+    """
+
+    conn_name_attr = "etl_craft_conn_id"
+    default_conn_name = "etl_craft_default"
+    conn_type = "etl_craft"
+    hook_name = "etl-craft Engine DB"
+    supports_autocommit = True
+    _test_connection_sql = "SELECT 1"
+
+    def __init__(self, *args: Any, profile: str | None = None, config_path: str | Path | None = None,
+                 use_config_file: bool = False, **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(*args, **kwargs)
+        self._profile_name = profile
+        self._config_path = config_path
+        self._use_config_file = use_config_file or config_path is not None
+
+    @classmethod
+    def from_config(cls, config_path: str | Path | None = None, profile: str | None = None) -> EngineDBHook:
+        """A hook on a craft-connector.yml profile (explicit path, ``$ETL_CRAFT_CONFIG`` or upward search)."""
+        return cls(config_path=config_path, profile=profile, use_config_file=True)
+
+    @cached_property
+    def engine_profile(self) -> EngineProfile:
+        """The resolved profile (reads the file or the connection on first use, never at DAG parse time)."""
+        if self._use_config_file:
+            return load_engine_profile(self._config_path, self._profile_name)
+        return profile_from_connection(self.connection, self._profile_name)
+
+    @cached_property
+    def engine(self) -> EngineDialect:
+        return dialect_for(self.engine_profile)
+
+    @cached_property
+    def dialect_name(self) -> str:
+        return self.engine_profile.dialect_name
+
+    @cached_property
+    def placeholder(self) -> str:
+        return self.engine.placeholder
+
+    def get_conn(self) -> Any:
+        """A new DB-API connection to the Engine DB (autocommit; SQLite pragmas or PostgreSQL search_path set)."""
+        return self.engine.connect()
+
+    def get_uri(self) -> str:
+        """A URI without any credential (common-sql calls this for display and dialect detection)."""
+        target = self.engine_profile.target
+        if isinstance(target, PostgresTarget):
+            user = f"{self.engine_profile.user}@" if self.engine_profile.user else ""
+            return f"postgresql://{user}{target.host}:{target.port}/{target.database}"
+        return f"sqlite:///{target.path}"
+
+    def lock(self, name: str, timeout: float | None = None, conn: Any | None = None) -> AbstractContextManager[None]:
+        """Hold the named cross-process Engine DB lock (SPEC §8) as a context manager.
+
+        :param timeout: seconds to wait (None: wait forever).
+        :param conn: PostgreSQL connection to hold the advisory lock on (default: a new one for the lock).
+        :raises LockTimeoutError: not acquired in time; the message names the lock.
+        """
+        return self.engine.lock(name, timeout, conn)
+
+    def init_db(self, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> InitResult:
+        """Create the Engine tables (idempotent). See :func:`~airflow_provider_etl_craft.engine.schema.init_db`."""
+        with closing(self.get_conn()) as conn:
+            return init_db(self.engine, conn, lock_timeout)
+
+    def migrate(self, migrations_dir: str | Path | None = None,
+                lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> MigrateResult:  # fmt: skip
+        """init-db if needed, then packaged and project migrations. See :func:`~…engine.migrations.migrate`."""
+        project_dir = find_migrations_dir(migrations_dir, self.engine_profile.base_dir)
+        with closing(self.get_conn()) as conn:
+            return migrate(self.engine, conn, project_dir, lock_timeout)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Connect, check the schema, and report whether the Engine tables exist (Airflow's Test button)."""
+        try:
+            with closing(self.get_conn()) as conn:
+                present = self.engine.table_names(conn) & ENGINE_TABLES
+        except EtlCraftError as exc:
+            return False, str(exc)
+        where = f"{self.engine.describe()} schema {self.engine_profile.schema}"
+        if present == ENGINE_TABLES:
+            return True, f"Connected to {where}; the Engine tables exist"
+        if present:
+            return True, f"Connected to {where}; only {len(present)} of {len(ENGINE_TABLES)} Engine tables exist"
+        return True, f"Connected to {where}; no Engine tables yet: run init-db"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Shape of the connection form (also declared in the provider info)."""
+        from airflow_provider_etl_craft.get_provider_info import UI_FIELD_BEHAVIOUR
+
+        return {
+            "hidden_fields": UI_FIELD_BEHAVIOUR["hidden-fields"],
+            "relabeling": UI_FIELD_BEHAVIOUR["relabeling"],
+            "placeholders": UI_FIELD_BEHAVIOUR["placeholders"],
+        }

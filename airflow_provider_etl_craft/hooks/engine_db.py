@@ -82,6 +82,12 @@ class EngineDBHook(DbApiHook):
         """A new DB-API connection to the Engine DB (autocommit; SQLite pragmas or PostgreSQL search_path set)."""
         return self.engine.connect()
 
+    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+        self.engine.set_autocommit(conn, autocommit)
+
+    def get_autocommit(self, conn: Any) -> bool:
+        return self.engine.get_autocommit(conn)
+
     def get_uri(self) -> str:
         """A URI without any credential (common-sql calls this for display and dialect detection)."""
         target = self.engine_profile.target

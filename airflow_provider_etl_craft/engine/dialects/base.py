@@ -41,6 +41,14 @@ class EngineDialect(ABC):
         """Hold the named cross-process lock (SPEC §8); ``conn`` may be reused where the lock needs one."""
 
     @abstractmethod
+    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+        """Switch ``conn`` between autocommit and driver-managed transactions (common-sql's ``run``)."""
+
+    @abstractmethod
+    def get_autocommit(self, conn: Any) -> bool:
+        """Whether ``conn`` is in autocommit mode."""
+
+    @abstractmethod
     def execute_script(self, cursor: Any, text: str) -> None:
         """Run a multi-statement SQL file inside the caller's transaction."""
 

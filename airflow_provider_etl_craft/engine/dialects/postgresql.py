@@ -109,6 +109,12 @@ class PostgresDialect(EngineDialect):
         locks.check_lock_name(name)
         return self._lock(name, timeout, conn)
 
+    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+        conn.autocommit = autocommit
+
+    def get_autocommit(self, conn: Any) -> bool:
+        return bool(conn.autocommit)
+
     def execute_script(self, cursor: Any, text: str) -> None:
         cursor.execute(text)
 

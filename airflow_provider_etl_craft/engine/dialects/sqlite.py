@@ -75,6 +75,13 @@ class SqliteDialect(EngineDialect):
     def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
         return locks.file_lock(self.path, name, timeout)
 
+    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+        # Python's sqlite3 opens its implicit transactions with this keyword: IMMEDIATE queues writers.
+        conn.isolation_level = None if autocommit else "IMMEDIATE"
+
+    def get_autocommit(self, conn: Any) -> bool:
+        return conn.isolation_level is None
+
     def execute_script(self, cursor: Any, text: str) -> None:
         for statement in split_statements(text):
             cursor.execute(statement)

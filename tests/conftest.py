@@ -1,0 +1,75 @@
+"""Shared fixtures: an Engine DB profile on each dialect, written as a real craft-connector.yml."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+
+DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@dataclass
+class EngineSetup:
+    """A craft-connector.yml on disk for one dialect, plus the environment its secret lives in."""
+
+    dialect: str
+    config_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    database: object | None = None  # PgDatabase on PostgreSQL
+
+    def hook(self) -> EngineDBHook:
+        return EngineDBHook.from_config(self.config_path)
+
+    def subprocess_env(self) -> dict[str, str]:
+        return {**os.environ, **self.env}
+
+
+def write_config(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "craft-connector.yml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def pg_profile_yaml(db: object, schema: str | None = None, secret_var: str = "ENGINE_SECRET") -> str:
+    cluster = db.cluster  # type: ignore[attr-defined]
+    return (
+        "Engine:\n  test:\n"
+        f"    jdbc_url: jdbc:postgresql://{cluster.host}:{cluster.port}/{db.name}?sslmode=require\n"  # type: ignore[attr-defined]
+        f"    schema: {schema or db.schema}\n"  # type: ignore[attr-defined]
+        f"    user: {db.user}\n"  # type: ignore[attr-defined]
+        "    auth_mode: password\n"
+        f"    secret: {secret_var}\n"
+    )
+
+
+@pytest.fixture
+def make_engine(request: pytest.FixtureRequest, tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> Callable[[str], EngineSetup]:  # fmt: skip
+    """Factory: an Engine profile on the given dialect (a fresh SQLite file, or a fresh PostgreSQL database)."""
+
+    def make(dialect: str, folder: Path | None = None) -> EngineSetup:
+        folder = folder or tmp_path
+        folder.mkdir(parents=True, exist_ok=True)
+        if dialect == "sqlite":
+            text = "Engine:\n  test:\n    jdbc_url: jdbc:sqlite:engine/etl-craft.db\n    schema: main\n"
+            return EngineSetup("sqlite", write_config(folder, text))
+        db = request.getfixturevalue("pg_database")
+        env = {"ENGINE_SECRET": db.password}
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        return EngineSetup("postgresql", write_config(folder, pg_profile_yaml(db)), env, db)
+
+    return make
+
+
+@pytest.fixture(params=DIALECTS)
+def engine(request: pytest.FixtureRequest, make_engine: Callable[[str], EngineSetup]) -> EngineSetup:
+    """An Engine profile on each dialect in turn (tests using it run twice)."""
+    return make_engine(request.param)

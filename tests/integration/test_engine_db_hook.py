@@ -1,0 +1,148 @@
+"""EngineDBHook on real SQLite files and a real PostgreSQL server: session setup, checks, connections."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+
+import pytest
+
+from airflow_provider_etl_craft.cli.main import main
+from airflow_provider_etl_craft.engine.dialects.sqlite import check_sqlite_version
+from airflow_provider_etl_craft.errors import ConfigurationError
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from tests.conftest import EngineSetup, pg_profile_yaml, write_config
+
+
+def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(make_engine) -> None:
+    conn = make_engine("sqlite").hook().get_conn()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 10_000
+
+
+def test_sqlite_write_transactions_begin_immediate(make_engine) -> None:
+    hook = make_engine("sqlite").hook()
+    conn = hook.get_conn()
+    sent: list[str] = []
+    conn.set_trace_callback(sent.append)
+    with hook.engine.transaction(conn) as cur:
+        cur.execute("CREATE TABLE T (X INTEGER)")
+    assert sent[0] == "BEGIN IMMEDIATE"
+    assert sent[-1] == "COMMIT"
+
+
+def test_sqlite_older_than_3_35_is_refused_with_both_versions() -> None:
+    with pytest.raises(ConfigurationError, match=r"SQLite 3\.35\.0 or newer.*links SQLite 3\.34\.1"):
+        check_sqlite_version((3, 34, 1))
+    check_sqlite_version((3, 35, 0))
+
+
+@pytest.mark.postgres
+def test_postgres_connections_use_the_profile_schema_as_search_path(make_engine) -> None:
+    setup = make_engine("postgresql")
+    hook = setup.hook()
+    with hook.get_conn() as conn, conn.cursor() as cur:
+        cur.execute("SELECT current_schema(), current_setting('search_path'), current_setting('application_name')")
+        assert cur.fetchone() == (setup.database.schema, f'"{setup.database.schema}"', "etl-craft-airflow")
+
+
+@pytest.mark.postgres
+def test_postgres_missing_schema_is_a_configuration_error_with_the_fix(make_engine, tmp_path) -> None:
+    setup = make_engine("postgresql")
+    write_config(tmp_path, pg_profile_yaml(setup.database, schema="engine_missing"))
+    hook = EngineDBHook.from_config(tmp_path / "craft-connector.yml")
+    with pytest.raises(ConfigurationError) as info:
+        hook.get_conn()
+    message = str(info.value)
+    assert '"engine_missing"' in message and f'"{setup.database.name}"' in message
+    assert "CREATE SCHEMA engine_missing;" in message
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["init-db", "--config", str(tmp_path / "craft-connector.yml")], out, err) == 3
+    assert err.getvalue().count("error:") == 1 and "CREATE SCHEMA engine_missing;" in err.getvalue()
+
+
+@pytest.mark.postgres
+def test_postgres_wrong_secret_is_a_permanent_error_without_the_secret(make_engine, monkeypatch) -> None:
+    setup = make_engine("postgresql")
+    monkeypatch.setenv("ENGINE_SECRET", "wrong-secret-value-123")
+    with pytest.raises(ConfigurationError) as info:
+        setup.hook().get_conn()
+    assert not info.value.retryable
+    assert "authentication failed" in str(info.value)
+    assert "wrong-secret-value-123" not in str(info.value)
+
+
+@pytest.mark.postgres
+def test_unreachable_postgres_is_retryable(tmp_path, monkeypatch) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    write_config(tmp_path, "Engine:\n  x:\n"
+                 f"    jdbc_url: jdbc:postgresql://127.0.0.1:{port}/db?connect_timeout=2\n"
+                 "    schema: s\n    user: u\n    auth_mode: password\n    secret: UNREACH_SECRET\n")  # fmt: skip
+    monkeypatch.setenv("UNREACH_SECRET", "pw")
+    with pytest.raises(ConfigurationError) as info:
+        EngineDBHook.from_config(tmp_path / "craft-connector.yml").get_conn()
+    assert info.value.retryable and info.value.exit_code == 3
+
+
+def test_uri_and_descriptions_never_show_the_secret(engine: EngineSetup) -> None:
+    hook = engine.hook()
+    shown = " ".join([hook.get_uri(), hook.engine.describe(), hook.engine_profile.describe(), repr(hook.engine_profile)])
+    for secret in engine.env.values():
+        assert secret not in shown
+    assert hook.dialect_name == engine.dialect
+
+
+def test_test_connection_reports_whether_the_engine_tables_exist(engine: EngineSetup) -> None:
+    hook = engine.hook()
+    ok, message = hook.test_connection()
+    assert ok and "no Engine tables yet" in message
+    hook.init_db()
+    ok, message = hook.test_connection()
+    assert ok and "the Engine tables exist" in message
+
+
+def test_dbapi_methods_work_on_the_engine_db(engine: EngineSetup) -> None:
+    hook = engine.hook()
+    hook.init_db()
+    hook.run("INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('P1', 'One', 'FULL')")
+    assert hook.get_records("SELECT PIPELINE_CODE, ACTIVE_FLAG FROM CFG_PIPELINES") == [("P1", "Y")]
+
+
+def test_file_backed_airflow_connection(engine: EngineSetup, monkeypatch) -> None:
+    extra = {"config_path": str(engine.config_path), "profile": "test"}
+    monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_FILE", json.dumps({"conn_type": "etl_craft", "extra": extra}))
+    hook = EngineDBHook("etl_craft_file")
+    assert hook.engine_profile.name == "test"
+    assert hook.test_connection()[0]
+
+
+def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
+    db = tmp_path / "inline" / "engine.db"
+    conn = {"conn_type": "etl_craft", "extra": {"jdbc_url": f"jdbc:sqlite:{db}"}}
+    monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_INLINE", json.dumps(conn))
+    hook = EngineDBHook(etl_craft_conn_id="etl_craft_inline")
+    assert hook.init_db().created
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM SCHEMA_MIGRATIONS").fetchone() == (1,)
+
+
+@pytest.mark.postgres
+def test_inline_postgres_airflow_connection(pg_database, monkeypatch) -> None:
+    cluster = pg_database.cluster
+    conn = {
+        "conn_type": "etl_craft", "host": cluster.host, "port": cluster.port, "schema": pg_database.name,
+        "login": pg_database.user, "password": pg_database.password,
+        "extra": {"engine_schema": pg_database.schema, "auth_mode": "password", "sslmode": "require"},
+    }  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_INLINE_PG", json.dumps(conn))
+    hook = EngineDBHook("etl_craft_inline_pg")
+    assert hook.init_db().created
+    assert pg_database.password not in hook.get_uri()
+    with hook.get_conn() as c, c.cursor() as cur:
+        cur.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        assert cur.fetchone() == (True,)

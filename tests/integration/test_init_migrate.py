@@ -1,0 +1,143 @@
+"""init-db and migrate on both dialects: idempotence, partial schemas, ordering, checksums, rollback."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_etl_craft.cli.main import main
+from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES, SCHEMA_VERSION
+from airflow_provider_etl_craft.errors import EngineDBError, MigrationError
+from tests.conftest import EngineSetup
+
+
+def rows(setup: EngineSetup, sql: str) -> list[tuple]:
+    hook = setup.hook()
+    with closing(hook.get_conn()) as conn:
+        return hook.engine.query(conn, sql)
+
+
+def cli(setup: EngineSetup, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = main([*args, "--config", str(setup.config_path)], out, err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def write_migrations(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_init_db_twice_changes_nothing_the_second_time(engine: EngineSetup) -> None:
+    first = engine.hook().init_db()
+    before = rows(engine, "SELECT SOURCE, VERSION, CHECKSUM, APPLIED_AT FROM SCHEMA_MIGRATIONS")
+    second = engine.hook().init_db()
+    assert first.created and not second.created and "nothing changed" in second.message
+    assert rows(engine, "SELECT SOURCE, VERSION, CHECKSUM, APPLIED_AT FROM SCHEMA_MIGRATIONS") == before
+    assert before[0][:2] == ("ENGINE", SCHEMA_VERSION)
+    assert engine.hook().engine.table_names(engine.hook().get_conn()) >= ENGINE_TABLES
+    status, out, _ = cli(engine, "init-db")
+    assert status == 0 and "already at" in out
+
+
+def test_init_db_refuses_a_partial_engine_schema(engine: EngineSetup) -> None:
+    hook = engine.hook()
+    hook.run("CREATE TABLE CFG_PIPELINES (PIPELINE_ID INTEGER)")
+    hook.run("CREATE TABLE AUD_TASK_RUN_LOG (TASK_RUN_ID INTEGER)")
+    with pytest.raises(EngineDBError, match="found AUD_TASK_RUN_LOG, CFG_PIPELINES; missing"):
+        hook.init_db()
+    status, _, err = cli(engine, "init-db")
+    assert status == 12 and err.startswith("error: ") and "CFG_PIPELINES" in err
+    assert rows(engine, "SELECT COUNT(*) FROM CFG_PIPELINES") == [(0,)]  # untouched
+
+
+def test_init_db_refuses_a_schema_made_by_another_version(engine: EngineSetup) -> None:
+    engine.hook().init_db()
+    hook = engine.hook()
+    hook.run(f"UPDATE SCHEMA_MIGRATIONS SET CHECKSUM = {hook.placeholder} WHERE SOURCE = 'ENGINE'", parameters=("0" * 64,))
+    with pytest.raises(EngineDBError, match="different etl-craft version"):
+        engine.hook().init_db()
+
+
+def test_migrate_applies_project_files_in_order_with_checksums(engine: EngineSetup, tmp_path: Path) -> None:
+    files = {
+        "0002_rows.sql": "INSERT INTO T_ORDER (N) VALUES (2);\nINSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('SALES', 'Sales', 'FULL');\n",
+        "0001_table.sql": "-- first\nCREATE TABLE T_ORDER (N INTEGER NOT NULL);\nINSERT INTO T_ORDER (N) VALUES (1);\n",
+        "notes.txt": "not a migration",
+    }  # fmt: skip
+    folder = write_migrations(tmp_path / "migs", files)
+    result = engine.hook().migrate(folder)
+    assert result.init.created
+    assert result.applied == ["PROJECT 0001_table.sql", "PROJECT 0002_rows.sql"]
+    assert rows(engine, "SELECT N FROM T_ORDER ORDER BY N") == [(1,), (2,)]
+    ledger = rows(engine, "SELECT VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'PROJECT' ORDER BY VERSION")
+    assert ledger == [(name, hashlib.sha256(files[name].encode()).hexdigest()) for name in ("0001_table.sql", "0002_rows.sql")]
+    assert engine.hook().migrate(folder).applied == []  # nothing pending the second time
+    status, out, _ = cli(engine, "migrate", "--migrations-dir", str(folder))
+    assert status == 0 and "0 migration(s) applied" in out
+
+
+def test_migrate_finds_migrations_beside_the_config_file(engine: EngineSetup) -> None:
+    write_migrations(engine.config_path.parent / "migrations", {"0001_t.sql": "CREATE TABLE BESIDE (X INTEGER);\n"})
+    status, out, _ = cli(engine, "migrate")
+    assert status == 0 and "applied PROJECT 0001_t.sql" in out
+
+
+def test_migrate_refuses_before_applying_anything_when_an_applied_file_was_edited(engine: EngineSetup, tmp_path: Path) -> None:
+    folder = write_migrations(tmp_path / "migs", {"0001_a.sql": "CREATE TABLE A1 (X INTEGER);\n"})
+    engine.hook().migrate(folder)
+    write_migrations(folder, {"0001_a.sql": "CREATE TABLE A1 (X INTEGER, Y INTEGER);\n",
+                              "0002_b.sql": "CREATE TABLE B2 (X INTEGER);\n"})  # fmt: skip
+    with pytest.raises(MigrationError, match=r"PROJECT 0001_a\.sql was edited after it was applied"):
+        engine.hook().migrate(folder)
+    assert "B2" not in engine.hook().engine.table_names(engine.hook().get_conn())
+    status, _, err = cli(engine, "migrate", "--migrations-dir", str(folder))
+    assert status == 13 and err.count("error:") == 1
+
+
+def test_migrate_refuses_when_an_applied_file_was_removed(engine: EngineSetup, tmp_path: Path) -> None:
+    folder = write_migrations(tmp_path / "migs", {"0001_a.sql": "CREATE TABLE A1 (X INTEGER);\n"})
+    engine.hook().migrate(folder)
+    (folder / "0001_a.sql").unlink()
+    with pytest.raises(MigrationError, match="its file is gone"):
+        engine.hook().migrate(folder)
+
+
+def test_migrate_refuses_a_new_file_that_sorts_before_an_applied_one(engine: EngineSetup, tmp_path: Path) -> None:
+    folder = write_migrations(tmp_path / "migs", {"0002_b.sql": "CREATE TABLE B2 (X INTEGER);\n"})
+    engine.hook().migrate(folder)
+    write_migrations(folder, {"0001_a.sql": "CREATE TABLE A1 (X INTEGER);\n"})
+    with pytest.raises(MigrationError, match="sorts before already applied 0002_b.sql"):
+        engine.hook().migrate(folder)
+
+
+def test_a_failing_migration_rolls_back_with_its_ledger_row(engine: EngineSetup, tmp_path: Path) -> None:
+    folder = write_migrations(tmp_path / "migs", {
+        "0001_ok.sql": "CREATE TABLE OK1 (X INTEGER);\n",
+        "0002_bad.sql": "CREATE TABLE HALF (X INTEGER);\nINSERT INTO NO_SUCH_TABLE VALUES (1);\n",
+    })  # fmt: skip
+    with pytest.raises(MigrationError, match=r"0002_bad\.sql failed and was rolled back"):
+        engine.hook().migrate(folder)
+    tables = engine.hook().engine.table_names(engine.hook().get_conn())
+    assert "OK1" in tables and "HALF" not in tables
+    assert rows(engine, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'PROJECT'") == [("0001_ok.sql",)]
+    (folder / "0002_bad.sql").write_text("CREATE TABLE HALF (X INTEGER);\n")
+    assert engine.hook().migrate(folder).applied == ["PROJECT 0002_bad.sql"]
+
+
+def test_check_reports_pending_migrations(engine: EngineSetup, tmp_path: Path) -> None:
+    folder = write_migrations(tmp_path / "migs", {"0001_a.sql": "CREATE TABLE A1 (X INTEGER);\n"})
+    status, out, _ = cli(engine, "check", "--migrations-dir", str(folder))
+    assert status == 0 and "[WARN] tables: no Engine tables yet" in out
+    engine.hook().init_db()
+    status, out, _ = cli(engine, "check", "--migrations-dir", str(folder))
+    assert status == 0 and "[WARN] migrations: 1 pending (PROJECT 0001_a.sql)" in out
+    engine.hook().migrate(folder)
+    status, out, _ = cli(engine, "check", "--migrations-dir", str(folder))
+    assert "[ OK ] migrations: none pending" in out

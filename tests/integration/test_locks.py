@@ -1,0 +1,135 @@
+"""Named Engine DB locks across real OS processes: waiting, kill -9, timeouts, per-schema keys."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+
+import pytest
+
+from airflow_provider_etl_craft.engine.locks import advisory_key
+from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
+from airflow_provider_etl_craft.errors import LockTimeoutError
+from tests.conftest import EngineSetup, pg_profile_yaml, write_config
+
+HOLDER = """
+import sys
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+hook = EngineDBHook.from_config(sys.argv[1])
+with hook.lock(sys.argv[2], timeout=30):
+    print("locked", flush=True)
+    sys.stdin.readline()          # hold until the test writes a line (or kills us)
+print("released", flush=True)
+"""
+
+
+@contextmanager
+def holder(setup: EngineSetup, name: str) -> Iterator[subprocess.Popen[str]]:
+    """A separate process holding lock ``name`` until its stdin gets a line."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(setup.config_path), name], env=setup.subprocess_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked", proc.stderr.read()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def release(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "released"
+
+
+def wait_until_blocked(setup: EngineSetup, waiter: subprocess.Popen[str]) -> None:
+    """Until ``waiter`` is waiting on the lock: PostgreSQL shows the ungranted advisory lock in pg_locks."""
+    if setup.dialect == "sqlite":
+        lock_file = setup.hook().engine.path.with_name("etl-craft.db.migrate.lock")
+        for _ in range(300):
+            if lock_file.exists() and waiter.poll() is None:
+                time.sleep(1.0)  # filelock polls; give it time to reach the lock and find it taken
+                return
+            time.sleep(0.1)
+        raise AssertionError("the waiter never reached the lock")
+    admin = setup.database.cluster.admin_connect(setup.database.name)
+    with closing(admin), admin.cursor() as cur:
+        for _ in range(300):
+            cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            if cur.fetchone()[0] == 1:
+                return
+            assert waiter.poll() is None, waiter.communicate()
+            time.sleep(0.1)
+    raise AssertionError("the waiter never blocked on the advisory lock")
+
+
+def test_second_process_waits_for_migrate_while_the_first_holds_it(engine: EngineSetup) -> None:
+    with holder(engine, "migrate") as first:
+        second = subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_etl_craft.cli.main", "init-db", "--config", str(engine.config_path)],
+            env=engine.subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        wait_until_blocked(engine, second)
+        assert second.poll() is None
+        hook = engine.hook()
+        assert not hook.engine.table_names(hook.get_conn()) & ENGINE_TABLES  # nothing done while waiting
+        release(first)
+        out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert "initialised" in out
+
+
+def test_kill_9_of_the_holder_frees_the_lock_at_once(engine: EngineSetup) -> None:
+    with holder(engine, "pipeline:SALES") as proc:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        with engine.hook().lock("pipeline:SALES", timeout=10):
+            pass
+
+
+def test_a_lock_timeout_names_the_lock(engine: EngineSetup) -> None:
+    with holder(engine, "pipeline:SALES"):
+        with pytest.raises(LockTimeoutError, match=r"lock 'pipeline:SALES' .*not acquired within 0\.5s"):
+            with engine.hook().lock("pipeline:SALES", timeout=0.5):
+                pass
+        from airflow_provider_etl_craft.cli.main import main
+
+        with holder(engine, "migrate"):
+            import io
+
+            err = io.StringIO()
+            assert main(["init-db", "--lock-timeout", "0.5", "--config", str(engine.config_path)], io.StringIO(), err) == 14
+            assert "lock 'migrate'" in err.getvalue()
+
+
+def test_advisory_keys_are_stable_signed_64_bit_and_differ_by_schema() -> None:
+    key = advisory_key("etl_craft", "migrate")
+    assert key == advisory_key("etl_craft", "migrate")
+    assert -(2**63) <= key < 2**63
+    assert key != advisory_key("etl_craft_b", "migrate")
+    assert key != advisory_key("etl_craft", "pipeline:migrate")
+
+
+@pytest.mark.postgres
+def test_two_engine_schemas_in_one_database_do_not_share_locks(make_engine, tmp_path) -> None:
+    first = make_engine("postgresql", tmp_path / "a")
+    db = first.database
+    admin = db.cluster.admin_connect(db.name)
+    with closing(admin), admin.cursor() as cur:
+        cur.execute(f"CREATE SCHEMA etl_craft_b AUTHORIZATION {db.user}")
+    second_config = write_config(tmp_path / "b", pg_profile_yaml(db, schema="etl_craft_b"))
+    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+
+    with holder(first, "migrate"):
+        with EngineDBHook.from_config(second_config).lock("migrate", timeout=5):
+            pass
+        with pytest.raises(LockTimeoutError):
+            with first.hook().lock("migrate", timeout=0.5):
+                pass

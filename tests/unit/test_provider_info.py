@@ -1,0 +1,47 @@
+"""The provider dict is valid for Airflow, and Airflow's own CLI discovers the provider and its hook."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from importlib import resources
+
+import jsonschema
+import pytest
+
+from airflow_provider_etl_craft.get_provider_info import get_provider_info
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from tests.fixtures.fix_airflow import airflow_cli
+
+
+def test_provider_info_validates_against_airflows_schema() -> None:
+    schema = json.loads((resources.files("airflow") / "provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)
+
+
+def test_connection_type_points_at_the_hook_and_declares_its_form() -> None:
+    (conn_type,) = get_provider_info()["connection-types"]
+    assert conn_type["connection-type"] == EngineDBHook.conn_type == "etl_craft"
+    module, _, name = conn_type["hook-class-name"].rpartition(".")
+    assert getattr(__import__(module, fromlist=[name]), name) is EngineDBHook
+    assert {"config_path", "profile", "jdbc_url", "engine_schema", "auth_mode"} <= set(conn_type["conn-fields"])
+    assert conn_type["ui-field-behaviour"]["relabeling"]["schema"] == "Database"
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["providers", "list", "--output", "json"], "airflow-provider-etl-craft"),
+        (["providers", "hooks", "--output", "json"], "etl_craft"),
+    ],
+    ids=["providers-list", "providers-hooks"],
+)
+def test_airflow_cli_discovers_the_provider(command: list[str], expected: str) -> None:
+    done = subprocess.run([*airflow_cli(), *command], capture_output=True, text=True, env=os.environ.copy(), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout[done.stdout.index("[") :])
+    assert any(expected in json.dumps(row) for row in rows), done.stdout[-2000:]
+    if "hooks" in command:
+        (row,) = [r for r in rows if r.get("connection_type") == "etl_craft"]
+        assert row["class"] == "airflow_provider_etl_craft.hooks.engine_db.EngineDBHook"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from contextlib import closing, contextmanager
 
 import pytest
 
+from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine.locks import advisory_key
 from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
 from airflow_provider_etl_craft.errors import LockTimeoutError
@@ -95,18 +97,13 @@ def test_kill_9_of_the_holder_frees_the_lock_at_once(engine: EngineSetup) -> Non
 
 
 def test_a_lock_timeout_names_the_lock(engine: EngineSetup) -> None:
-    with holder(engine, "pipeline:SALES"):
-        with pytest.raises(LockTimeoutError, match=r"lock 'pipeline:SALES' .*not acquired within 0\.5s"):
-            with engine.hook().lock("pipeline:SALES", timeout=0.5):
-                pass
-        from airflow_provider_etl_craft.cli.main import main
-
-        with holder(engine, "migrate"):
-            import io
-
-            err = io.StringIO()
-            assert main(["init-db", "--lock-timeout", "0.5", "--config", str(engine.config_path)], io.StringIO(), err) == 14
-            assert "lock 'migrate'" in err.getvalue()
+    timeout = pytest.raises(LockTimeoutError, match=r"lock 'pipeline:SALES' .*not acquired within 0\.5s")
+    with holder(engine, "pipeline:SALES"), timeout, engine.hook().lock("pipeline:SALES", timeout=0.5):
+        pass
+    with holder(engine, "migrate"):
+        err = io.StringIO()
+        assert main(["init-db", "--lock-timeout", "0.5", "--config", str(engine.config_path)], io.StringIO(), err) == 14
+        assert "lock 'migrate'" in err.getvalue() and err.getvalue().count("error:") == 1
 
 
 def test_advisory_keys_are_stable_signed_64_bit_and_differ_by_schema() -> None:
@@ -130,6 +127,5 @@ def test_two_engine_schemas_in_one_database_do_not_share_locks(make_engine, tmp_
     with holder(first, "migrate"):
         with EngineDBHook.from_config(second_config).lock("migrate", timeout=5):
             pass
-        with pytest.raises(LockTimeoutError):
-            with first.hook().lock("migrate", timeout=0.5):
-                pass
+        with pytest.raises(LockTimeoutError), first.hook().lock("migrate", timeout=0.5):
+            pass

@@ -33,6 +33,12 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
     extras = {k: v for k, v in (conn.extra_dejson or {}).items() if v not in (None, "")}
     origin = f"Airflow connection '{conn_id}'"
     if "config_path" in extras:
+        unknown = sorted(k for k in extras if k not in FILE_EXTRAS)
+        if unknown:
+            raise ConfigurationError(
+                f"{origin}: extra(s) {', '.join(unknown)} have no meaning beside config_path (the file holds the "
+                "settings); a file-backed connection takes only config_path and profile"
+            )
         return load_engine_profile(extras["config_path"], profile or extras.get("profile"))
     allowed = set(INLINE_EXTRAS) | DRIVER_SETTINGS
     unknown = sorted(k for k in extras if k not in allowed)
@@ -42,6 +48,12 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
             f"{', '.join(sorted(allowed))}"
         )
     settings: dict[str, Any] = {INLINE_EXTRAS[k]: v for k, v in extras.items() if k in INLINE_EXTRAS}
+    driver = sorted(k for k in extras if k in DRIVER_SETTINGS)
+    if "jdbc_url" in settings and driver:
+        raise ConfigurationError(
+            f"{origin}: extra(s) {', '.join(driver)} beside jdbc_url; put driver settings in the jdbc_url query "
+            "(…?sslmode=verify-full) or drop jdbc_url and use host/port/schema"
+        )
     if "jdbc_url" not in settings:
         if not conn.host or not conn.schema:
             raise ConfigurationError(

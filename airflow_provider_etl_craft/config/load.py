@@ -42,15 +42,28 @@ class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key written twice in one mapping (PyYAML silently keeps the last)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)
+        # Check the keys written in this mapping before '<<' merges: overriding a merged key is allowed.
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
-            if key in seen:
-                raise _DuplicateKey(key, line, seen[key])
+            try:
+                first = seen.get(key)
+            except TypeError:
+                raise _BadKey(line) from None
+            if first is not None:
+                raise _DuplicateKey(key, line, first)
             seen[key] = line
+        self.flatten_mapping(node)
         return super().construct_mapping(node, deep=deep)
+
+
+class _BadKey(Exception):
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,10 @@ def load_connector_file(path: Path) -> ConnectorFile:
     except _DuplicateKey as dup:
         raise ConfigurationError(
             f"{path}: key '{dup.key}' appears twice (lines {dup.first_line} and {dup.line}); keep only one"
+        ) from None
+    except _BadKey as bad:
+        raise ConfigurationError(
+            f"{path}: the key at line {bad.line} is a list or mapping; keys must be plain names"
         ) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)

@@ -79,10 +79,11 @@ def select_profile(
     if not profiles:
         raise ConfigurationError(f"{origin}: Engine has no profiles; add one, e.g. Engine: {{dev: {{jdbc_url: …}}}}")
     plain = Resolver(source, "", origin)
-    chosen, where = explicit, "the requested profile"
+    chosen, where, written = explicit, "the requested profile", explicit
     for section, mapping in (("Engine", engine), ("Secrets", secrets)):
         if not chosen and mapping.get("Profile") is not None:
-            chosen, where = _selector(plain, f"{section}.Profile", mapping["Profile"], profiles), f"{section}.Profile"
+            written = mapping["Profile"]
+            chosen, where = _selector(plain, f"{section}.Profile", written, profiles), f"{section}.Profile"
     listed = ", ".join(sorted(profiles))
     if not chosen:
         if len(profiles) == 1:
@@ -92,8 +93,16 @@ def select_profile(
             "Secrets.Profile (or the variable it names), or pass --profile"
         )
     if chosen not in profiles:
-        raise ConfigurationError(f"{origin}: {where} selects profile '{chosen}', which does not exist; profiles: {listed}")
+        raise ConfigurationError(
+            f"{origin}: {where} selects profile '{chosen}'{_via(written, chosen)}, which does not exist; "
+            f"profiles: {listed}"
+        )
     return chosen
+
+
+def _via(written: object, resolved: object) -> str:
+    # Profile names are not secrets: show the name, and the variable it came from.
+    return "" if written == resolved else f" (from variable {written})"
 
 
 def _selector(resolver: Resolver, setting: str, raw: object, profiles: Mapping[str, Any]) -> str | None:
@@ -134,7 +143,7 @@ def build_profile(
         return _sqlite_profile(common, settings, schema_raw, auth_raw, origin, setting)
     assert isinstance(target, PostgresTarget)
     schema = _schema(schema_raw, origin, setting("schema"))
-    mode = _auth_mode(auth_raw, origin, setting("auth_mode"))
+    mode = _auth_mode(auth_raw, Resolver.display(settings.get("auth_mode"), auth_raw), origin, setting("auth_mode"))
     unexpected = sorted(k for k in _SQLITE_REFUSED if settings.get(k) is not None and k not in mode.fields())
     if unexpected:
         raise ConfigurationError(
@@ -170,7 +179,8 @@ def _sqlite_profile(common: dict[str, Any], settings: Mapping[str, Any], schema_
                     auth_raw: str | None, origin: str, setting: Any) -> EngineProfile:  # fmt: skip
     if auth_raw not in (None, "none"):
         raise ConfigurationError(
-            f"{origin}: {setting('auth_mode')} is '{auth_raw}', but SQLite takes no auth_mode; remove it "
+            f"{origin}: {setting('auth_mode')} is {Resolver.display(settings.get('auth_mode'), auth_raw)}, but SQLite "
+            "takes no auth_mode; remove it "
             "(or write 'none')"
         )
     extra = sorted(k for k in _SQLITE_REFUSED if settings.get(k) is not None)
@@ -197,7 +207,7 @@ def _schema(raw: str | None, origin: str, setting: str) -> str:
     return raw.lower()
 
 
-def _auth_mode(raw: str | None, origin: str, setting: str) -> AuthMode:
+def _auth_mode(raw: str | None, shown: str, origin: str, setting: str) -> AuthMode:
     if not raw:
         raise ConfigurationError(
             f"{origin}: {setting} is required for PostgreSQL; use one of {', '.join(sorted(AUTH_MODES))}"
@@ -206,8 +216,8 @@ def _auth_mode(raw: str | None, origin: str, setting: str) -> AuthMode:
         return AUTH_MODES[raw]()
     if raw in PLANNED_MODES:
         raise ConfigurationError(
-            f"{origin}: {setting} '{raw}' is not available in this release; use one of {', '.join(sorted(AUTH_MODES))}"
+            f"{origin}: {setting} {shown} is not available in this release; use one of {', '.join(sorted(AUTH_MODES))}"
         )
     raise ConfigurationError(
-        f"{origin}: {setting} '{raw}' is not an auth mode; use one of {', '.join(sorted(AUTH_MODES) + list(PLANNED_MODES))}"
+        f"{origin}: {setting} {shown} is not an auth mode; use one of {', '.join(sorted(AUTH_MODES) + list(PLANNED_MODES))}"
     )

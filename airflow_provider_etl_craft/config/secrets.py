@@ -66,13 +66,21 @@ def parse_dotenv(path: Path) -> dict[str, str]:
         match = _DOTENV_LINE.match(line)
         if not match:
             raise ConfigurationError(f"{path}: line {number} is not KEY=VALUE; fix or comment it out with #")
-        key, value = match.group(1), match.group(2).strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        else:
-            value = re.split(r"\s+#", value, maxsplit=1)[0].rstrip()
+        key, value = match.group(1), _dotenv_value(match.group(2).strip())
+        if value is None:
+            raise ConfigurationError(f"{path}: line {number} has an unterminated quote or text after the closing quote")
         values[key] = value
     return values
+
+
+def _dotenv_value(text: str) -> str | None:
+    """A .env value: quoted (text after the closing quote may only be a comment) or bare (`` #`` starts a comment)."""
+    if text[:1] in ("'", '"'):
+        end = text.find(text[0], 1)
+        if end < 0 or not (text[end + 1 :].strip() == "" or text[end + 1 :].lstrip().startswith("#")):
+            return None
+        return text[1:end]
+    return re.split(r"\s+#", text, maxsplit=1)[0].rstrip()
 
 
 def build_source(secrets_section: dict[str, object], base_dir: Path, config_path: Path) -> SecretsSource:
@@ -163,6 +171,13 @@ class Resolver:
             f"{self.origin}: {setting} names variable {raw} (or its profile twin {twin}), which is not set in "
             f"the {self.source.kind} secrets source; set it{hint}"
         )
+
+    @staticmethod
+    def display(written: object, resolved: str | None) -> str:
+        """How a resolved setting may appear in a message: quoted when literal, else only its variable's name."""
+        if resolved == written:
+            return f"'{resolved}'"
+        return f"(the value of variable {written})"
 
     def _shown(self, name: str) -> str:
         return name if _CONVENTIONAL_NAME.match(name) else "(name not shown)"

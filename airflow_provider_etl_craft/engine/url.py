@@ -99,7 +99,9 @@ def _postgres(rest: str, setting: str, base_dir: Path | None) -> PostgresTarget:
         raise ConfigurationError(f"{setting}: write jdbc:postgresql://host[:port]/database[?settings]")
     try:
         parts = urlsplit(rest)
-        port = parts.port or DEFAULT_PG_PORT
+        port = DEFAULT_PG_PORT if parts.port is None else parts.port
+        if not 0 < port < 65536:
+            raise ValueError(port)
     except ValueError:
         raise ConfigurationError(f"{setting}: the port is not a number between 1 and 65535") from None
     if "@" in parts.netloc:

@@ -1,0 +1,33 @@
+"""The wheel ships what the package reads at run time: both schema files and the example project."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_contains_schema_files_examples_and_entry_points(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("airflow_provider_etl_craft-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
+    for dialect in ("sqlite", "postgresql"):
+        packaged = zf_text(wheel, f"airflow_provider_etl_craft/sql/{dialect}/schema.sql")
+        assert packaged == (ROOT / "sql" / dialect / "schema.sql").read_text()
+    assert "airflow_provider_etl_craft/example_dags/project/craft-connector.yml" in names
+    assert "airflow_provider_etl_craft/example_dags/project/migrations/0001_example_pipeline.sql" in names
+    assert "provider_info = airflow_provider_etl_craft.get_provider_info:get_provider_info" in entry_points
+    assert "etl-craft-airflow = airflow_provider_etl_craft.cli.main:run" in entry_points
+
+
+def zf_text(wheel: Path, name: str) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.read(name).decode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -32,9 +32,25 @@ class EngineDialect(ABC):
         :raises EngineUnreachableError: the database did not answer (retryable).
         """
 
-    @abstractmethod
-    def transaction(self, conn: Any) -> AbstractContextManager[Any]:
+    #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
+    begin_statement: ClassVar[str] = "BEGIN"
+
+    @contextmanager
+    def transaction(self, conn: Any) -> Iterator[Any]:
         """Open a write transaction on ``conn``; commit on success, roll back on error. Yields a cursor."""
+        cur = conn.cursor()
+        cur.execute(self.begin_statement)
+        try:
+            yield cur
+        except BaseException:
+            # If the connection is gone the server has rolled back already; keep the original error.
+            with suppress(Exception):
+                cur.execute("ROLLBACK")
+            raise
+        else:
+            cur.execute("COMMIT")
+        finally:
+            cur.close()
 
     @abstractmethod
     def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:

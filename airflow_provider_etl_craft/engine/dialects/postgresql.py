@@ -77,24 +77,6 @@ class PostgresDialect(EngineDialect):
         )
 
     @contextmanager
-    def _transaction(self, conn: Any) -> Iterator[Any]:
-        cur = conn.cursor()
-        cur.execute("BEGIN")
-        try:
-            yield cur
-        except BaseException:
-            if not conn.closed:
-                cur.execute("ROLLBACK")
-            raise
-        else:
-            cur.execute("COMMIT")
-        finally:
-            cur.close()
-
-    def transaction(self, conn: Any) -> AbstractContextManager[Any]:
-        return self._transaction(conn)
-
-    @contextmanager
     def _lock(self, name: str, timeout: float | None, conn: Any | None) -> Iterator[None]:
         own = conn is None
         lock_conn = self.connect() if own else conn

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from airflow_provider_etl_craft.engine import locks
@@ -30,6 +29,7 @@ def check_sqlite_version(found: tuple[int, int, int] = sqlite3.sqlite_version_in
 class SqliteDialect(EngineDialect):
     name = "sqlite"
     placeholder = "?"
+    begin_statement = "BEGIN IMMEDIATE"
 
     @property
     def path(self):  # noqa: ANN201 - Path
@@ -54,23 +54,6 @@ class SqliteDialect(EngineDialect):
                 "check the path and that its folder is writable"
             ) from None
         return conn
-
-    @contextmanager
-    def _transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Cursor]:
-        cur = conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            yield cur
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            conn.execute("COMMIT")
-        finally:
-            cur.close()
-
-    def transaction(self, conn: Any) -> AbstractContextManager[Any]:
-        return self._transaction(conn)
 
     def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
         return locks.file_lock(self.path, name, timeout)

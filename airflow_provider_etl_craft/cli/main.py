@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-from contextlib import closing
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from typing import TextIO
 
 from airflow_provider_etl_craft import __version__
@@ -30,6 +30,19 @@ def _migrate(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _check(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    """Each stage prints one line; the first failing stage prints ``[FAIL]`` and its error ends the run."""
+
+    def line(status: str, what: str) -> None:
+        print(f"[{status}] {what}", file=out)
+
+    try:
+        return _check_stages(hook, args, line)
+    except EtlCraftError as exc:
+        line("FAIL", f"{getattr(exc, 'check_stage', 'check')}: {exc}")
+        raise
+
+
+def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[str, str], None]) -> int:
     from airflow_provider_etl_craft.engine.migrations import (
         find_migrations_dir,
         migration_files,
@@ -37,15 +50,15 @@ def _check(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
     )
     from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
 
-    def line(status: str, what: str) -> None:
-        print(f"[{status}] {what}", file=out)
-
-    profile = hook.engine_profile  # errors propagate: printed as error: … with exit 3
+    with _stage("config"):
+        profile = hook.engine_profile
     line(" OK ", f"config: {profile.describe()}")
     for key in profile.secrets:
         line(" OK ", f"secret: {profile.setting(key)} resolved (value not shown)")
     engine = hook.engine
-    with closing(hook.get_conn()) as conn:
+    with _stage("connection"):
+        conn = hook.get_conn()
+    with closing(conn):
         line(" OK ", f"connection: {engine.describe()}")
         line(" OK ", f"schema: {profile.schema}")
         present = engine.table_names(conn) & ENGINE_TABLES
@@ -56,13 +69,24 @@ def _check(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
             line("FAIL", f"tables: partial Engine schema, missing {', '.join(sorted(ENGINE_TABLES - present))}")
             return 12
         line(" OK ", f"tables: all {len(ENGINE_TABLES)} Engine tables present")
-        project_dir = find_migrations_dir(args.migrations_dir, profile.base_dir)
-        pending = pending_migrations(engine, conn, migration_files(engine.name, project_dir))
+        with _stage("migrations"):
+            project_dir = find_migrations_dir(args.migrations_dir, profile.base_dir)
+            pending = pending_migrations(engine, conn, migration_files(engine.name, project_dir))
     if pending:
         line("WARN", f"migrations: {len(pending)} pending ({', '.join(p.label for p in pending)}); run `migrate`")
     else:
         line(" OK ", "migrations: none pending")
     return 0
+
+
+@contextmanager
+def _stage(name: str) -> Iterator[None]:
+    """Tag an error with the check stage it happened in, for the ``[FAIL] <stage>:`` line."""
+    try:
+        yield
+    except EtlCraftError as exc:
+        exc.check_stage = name  # type: ignore[attr-defined]
+        raise
 
 
 COMMANDS: dict[str, tuple[Command, str]] = {

@@ -17,7 +17,7 @@ from airflow_provider_etl_craft.errors import ConfigurationError
 
 #: A plain PostgreSQL identifier; folded to lower case as PostgreSQL folds unquoted names.
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_SQLITE_REFUSED = ("user", "secret", "key_file", "cert_file", "client_id", "token_url", "scope", "issuer",
+_AUTH_FIELDS = ("user", "secret", "key_file", "cert_file", "client_id", "token_url", "scope", "issuer",
                    "region", "role_arn")  # fmt: skip
 
 
@@ -144,7 +144,7 @@ def build_profile(
     assert isinstance(target, PostgresTarget)
     schema = _schema(schema_raw, origin, setting("schema"))
     mode = _auth_mode(auth_raw, Resolver.display(settings.get("auth_mode"), auth_raw), origin, setting("auth_mode"))
-    unexpected = sorted(k for k in _SQLITE_REFUSED if settings.get(k) is not None and k not in mode.fields())
+    unexpected = sorted(k for k in _AUTH_FIELDS if settings.get(k) is not None and k not in mode.fields())
     if unexpected:
         raise ConfigurationError(
             f"{origin}: {', '.join(setting(k) for k in unexpected)} not used by auth_mode '{mode.name}'; "
@@ -183,7 +183,7 @@ def _sqlite_profile(common: dict[str, Any], settings: Mapping[str, Any], schema_
             "takes no auth_mode; remove it "
             "(or write 'none')"
         )
-    extra = sorted(k for k in _SQLITE_REFUSED if settings.get(k) is not None)
+    extra = sorted(k for k in _AUTH_FIELDS if settings.get(k) is not None)
     if extra:
         raise ConfigurationError(
             f"{origin}: {', '.join(setting(k) for k in extra)} has no meaning for a SQLite Engine DB; remove it"

@@ -49,6 +49,16 @@ def test_postgres_connections_use_the_profile_schema_as_search_path(make_engine)
 
 
 @pytest.mark.postgres
+def test_postgres_url_query_settings_reach_the_driver(pg_database, tmp_path, monkeypatch) -> None:
+    text = pg_profile_yaml(pg_database).replace("?sslmode=require", "?sslmode=disable&application_name=etl-query-test")
+    monkeypatch.setenv("ENGINE_SECRET", pg_database.password)
+    hook = EngineDBHook.from_config(write_config(tmp_path, text))
+    with hook.get_conn() as conn, conn.cursor() as cur:
+        cur.execute("SELECT ssl, current_setting('application_name') FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        assert cur.fetchone() == (False, "etl-query-test")
+
+
+@pytest.mark.postgres
 def test_postgres_missing_schema_is_a_configuration_error_with_the_fix(make_engine, tmp_path) -> None:
     setup = make_engine("postgresql")
     write_config(tmp_path, pg_profile_yaml(setup.database, schema="engine_missing"))

@@ -93,7 +93,3 @@ class EngineDialect(ABC):
     def describe(self) -> str:
         return self.profile.target.describe()
 
-
-def split_rows(rows: Iterator[tuple[Any, ...]]) -> list[Any]:
-    """First column of each row."""
-    return [row[0] for row in rows]

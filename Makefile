@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-CONSTRAINTS := constraints/constraints-py3.11.txt
+PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+CONSTRAINTS := constraints/constraints-py$(PYVER).txt
 
 .PHONY: demo test lint bench clean
 
@@ -17,6 +18,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $@ $(VENV)/.installed
+
+constraints/constraints-py%.txt:
+	@echo "error: no pinned constraints for Python $*; run with Python 3.11 (make PYTHON=python3.11 ...)" >&2; exit 2
 
 demo: $(VENV)/.installed
 	$(BIN)/python -m airflow_provider_etl_craft.example_dags.demo

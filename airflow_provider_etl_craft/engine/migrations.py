@@ -131,8 +131,6 @@ def migrate(
                         dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"),
                         (item.source, item.version, item.checksum),
                     )
-            except MigrationError:
-                raise
             except Exception as exc:
                 detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise MigrationError(

@@ -157,10 +157,10 @@ def build_profile(
         if key in mode.secret_fields:
             if given:
                 secrets[key] = given
-            elif settings.get(key) is not None or key in mode.required_fields:
-                if settings.get(key) is None:
-                    raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
+            elif settings.get(key) is not None:
                 secrets[key] = resolver.secret(setting(key), settings[key])
+            elif key in mode.required_fields:
+                raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
             continue
         value = resolver.value(setting(key), settings.get(key))
         if value in (None, ""):

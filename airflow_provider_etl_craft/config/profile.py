@@ -12,7 +12,13 @@ from airflow_provider_etl_craft.auth import AUTH_MODES, PLANNED_MODES, AuthMode
 from airflow_provider_etl_craft.config.load import load_connector_file
 from airflow_provider_etl_craft.config.locate import locate_config
 from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, build_source
-from airflow_provider_etl_craft.engine.url import PostgresTarget, SqliteTarget, Target, parse_jdbc_url
+from airflow_provider_etl_craft.engine.url import (
+    PostgresTarget,
+    SqliteTarget,
+    Target,
+    parse_jdbc_url,
+    resolve_beside,
+)
 from airflow_provider_etl_craft.errors import ConfigurationError
 
 #: A plain PostgreSQL identifier; folded to lower case as PostgreSQL folds unquoted names.
@@ -168,8 +174,7 @@ def build_profile(
                 raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
             continue
         if key in mode.path_fields:
-            path = Path(value).expanduser()
-            value = str(path if path.is_absolute() else (base_dir or Path.cwd()) / path)
+            value = str(resolve_beside(value, base_dir))
         fields[key] = value
     user = fields.pop("user", None)
     return EngineProfile(**common, schema=schema, auth_mode=mode.name, user=user, fields=fields, secrets=secrets)

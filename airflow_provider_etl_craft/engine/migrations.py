@@ -17,6 +17,7 @@ from airflow_provider_etl_craft.engine.schema import (
     init_db_locked,
     sql_root,
 )
+from airflow_provider_etl_craft.engine.url import resolve_beside
 from airflow_provider_etl_craft.errors import ConfigurationError, MigrationError
 
 MIGRATIONS_ENV_VAR = "ETL_CRAFT_MIGRATIONS_DIR"
@@ -51,9 +52,7 @@ def find_migrations_dir(explicit: str | os.PathLike[str] | None, base_dir: Path 
     """
     for value, what in ((explicit, "the migrations directory"), (os.environ.get(MIGRATIONS_ENV_VAR), f"${MIGRATIONS_ENV_VAR}")):
         if value:
-            path = Path(value).expanduser()
-            if not path.is_absolute() and base_dir is not None:
-                path = base_dir / path
+            path = resolve_beside(value, base_dir)
             if not path.is_dir():
                 raise ConfigurationError(f"{what} {path} does not exist; create it or fix the path")
             return path.resolve()

@@ -62,6 +62,12 @@ class PostgresTarget:
 Target = SqliteTarget | PostgresTarget
 
 
+def resolve_beside(value: str, base_dir: Path | None) -> Path:
+    """A path from craft-connector.yml: ``~`` expanded, relative ones resolved beside the file (else the cwd)."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base_dir or Path.cwd()) / path
+
+
 def parse_jdbc_url(url: str, setting: str, base_dir: Path | None) -> Target:
     """Parse a ``jdbc:sqlite:`` or ``jdbc:postgresql:`` URL.
 
@@ -88,10 +94,7 @@ def _sqlite(rest: str, setting: str, base_dir: Path | None) -> SqliteTarget:
         )
     if name.startswith("file:") or "?" in name:
         raise ConfigurationError(f"{setting}: give a plain file path after jdbc:sqlite: (no file: URI, no query)")
-    path = Path(name).expanduser()
-    if not path.is_absolute():
-        path = (base_dir or Path.cwd()) / path
-    return SqliteTarget(path=path.resolve())
+    return SqliteTarget(path=resolve_beside(name, base_dir).resolve())
 
 
 def _postgres(rest: str, setting: str, base_dir: Path | None) -> PostgresTarget:
@@ -138,7 +141,6 @@ def _query(query: str, setting: str, base_dir: Path | None) -> dict[str, str]:
         if key in settings:
             raise ConfigurationError(f"{setting}: query setting '{key}' is given twice; keep one")
         if key in PATH_SETTINGS and value not in ("", "system"):
-            path = Path(value).expanduser()
-            value = str(path if path.is_absolute() else (base_dir or Path.cwd()) / path)
+            value = str(resolve_beside(value, base_dir))
         settings[key] = value
     return settings

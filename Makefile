@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade "pip>=24"
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e .
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[examples]'
 	touch $@
 
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml $(CONSTRAINTS)

@@ -1,8 +1,9 @@
-"""``make demo``: run the example DAG end to end with ``dag.test()`` on a fresh SQLite Engine DB, then print it.
+"""``make demo``: prepare a fresh SQLite Engine DB, run the DAILY_SALES pipeline DAG with ``dag.test()``, print it.
 
 Everything lives under ``./.demo`` (or ``$ETL_CRAFT_DEMO_DIR``): a throwaway AIRFLOW_HOME and a copy of the
-example project (craft-connector.yml, migrations/). Airflow is configured through the environment before
-it is first imported.
+example project (craft-connector.yml, migrations/, the SQLite warehouse). Airflow is configured through
+the environment before it is first imported. Two DAGs run: ``example_etl_craft_init`` (init-db and the
+project migration that adds the pipeline's CFG_ rows), then ``example_etl_craft_daily_sales``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def prepare(workdir: Path) -> Path:
     config = project / "craft-connector.yml"
     conn = {"conn_type": "etl_craft", "extra": {"config_path": str(config)}}
     os.environ["AIRFLOW_CONN_ETL_CRAFT_DEFAULT"] = json.dumps(conn)
+    warehouse = project / "warehouse" / "warehouse.db"
+    warehouse.parent.mkdir(parents=True, exist_ok=True)
+    os.environ["AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE"] = json.dumps({"conn_type": "sqlite", "host": str(warehouse)})
     return config
 
 
@@ -48,26 +52,25 @@ def migrate_airflow_db() -> None:
 
 
 def report(config: Path) -> str:
-    """The Engine DB's tables with their row counts, then the CFG_ rows the migration added."""
+    """What the run wrote: the Engine run, its task runs and attempts, then every table's row count."""
     from airflow_provider_etl_craft.cli.tables import format_table
     from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
     from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
     hook = EngineDBHook.from_config(config)
+    parts = [f"Engine DB: {hook.engine.describe()}"]
     with closing(hook.get_conn()) as conn:
-        q = hook.engine.query
-        counts = [(t, q(conn, f"SELECT COUNT(*) FROM {t}")[0][0]) for t in sorted(ENGINE_TABLES)]  # noqa: S608 - fixed names
-        parts = [f"Engine DB: {hook.engine.describe()}", format_table(["TABLE", "ROWS"], counts)]
         for title, sql in (
-            ("CFG_PIPELINES", "SELECT PIPELINE_ID, PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE, SLA_IN_HOURS, ACTIVE_FLAG FROM CFG_PIPELINES"),
-            ("CFG_TASKS", "SELECT TASK_ID, PIPELINE_ID, TASK_CODE, TASK_TYPE, HANDLER, RUN_CONDITION, ACTIVE_FLAG FROM CFG_TASKS"),
-            ("CFG_TASK_DEPENDENCY", "SELECT TASK_DEPENDENCY_ID, TASK_ID, DEPENDS_ON_PIPELINE_ID, DEPENDS_ON_TASK_ID, DEPENDENCY_TYPE FROM CFG_TASK_DEPENDENCY"),
-            ("CFG_TASK_PARAMETERS", "SELECT TASK_PARAMETER_ID, TASK_ID, PARAMETER_NAME, PARAMETER_VALUE FROM CFG_TASK_PARAMETERS"),
-            ("SCHEMA_MIGRATIONS", "SELECT SOURCE, VERSION, CHECKSUM, APPLIED_AT FROM SCHEMA_MIGRATIONS"),
+            ("AUD_PIPELINES_RUN_LOG", "SELECT PIPELINE_RUN_ID, PIPELINE_ID, STATUS, START_DATE, END_DATE, SLA_STATUS, RUN_DATE, RUN_KEY, TRIGGER_KIND, STARTED_BY_KIND, OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG ORDER BY PIPELINE_RUN_ID"),
+            ("AUD_TASK_RUN_LOG", "SELECT tr.TASK_RUN_ID, tr.PIPELINE_RUN_ID, t.TASK_CODE, tr.STATUS, tr.ATTEMPT_COUNT, tr.SOURCE_COUNT, tr.INSERT_COUNT, tr.ROWS_WRITTEN, tr.TASK_LOG FROM AUD_TASK_RUN_LOG tr JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID ORDER BY tr.TASK_RUN_ID"),
+            ("AUD_TASK_ATTEMPTS", "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, t.TASK_CODE, a.ATTEMPT_NUMBER, a.STATUS, a.STARTED_AT, a.ENDED_AT, a.HOST, a.PID, a.ROWS_WRITTEN FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID ORDER BY a.ATTEMPT_ID"),
         ):  # fmt: skip
             cur = conn.execute(sql)
             headers = [d[0] for d in cur.description]
-            parts.append(f"\n{title}\n" + format_table(headers, cur.fetchall(), max_width=24))
+            parts.append(f"\n{title}\n" + format_table(headers, cur.fetchall(), max_width=28))
+        q = hook.engine.query
+        counts = [(t, q(conn, f"SELECT COUNT(*) FROM {t}")[0][0]) for t in sorted(ENGINE_TABLES)]  # noqa: S608 - fixed names
+        parts.append("\nrows per table\n" + format_table(["TABLE", "ROWS"], counts))
     return "\n".join(parts)
 
 
@@ -77,12 +80,17 @@ def main() -> int:
     config = prepare(workdir)
     print(f"demo folder: {workdir}")
     migrate_airflow_db()
-    from airflow_provider_etl_craft.example_dags.example_etl_craft_init import dag
+    from airflow_provider_etl_craft.example_dags.example_etl_craft_daily_sales import dag as pipeline_dag
+    from airflow_provider_etl_craft.example_dags.example_etl_craft_init import dag as init_dag
 
-    run = dag.test()
-    print(f"DAG {dag.dag_id}: {run.state}")
+    for dag in (init_dag, pipeline_dag):
+        run = dag.test()
+        print(f"DAG {dag.dag_id}: {run.state}")
+        if str(run.state) not in ("success", "DagRunState.SUCCESS"):
+            print(report(config))
+            return 1
     print(report(config))
-    return 0 if str(run.state) in ("success", "DagRunState.SUCCESS") else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, closing
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, closing, contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from airflow_provider_etl_craft.engine.migrations import MigrateResult, find_mig
 from airflow_provider_etl_craft.engine.schema import DEFAULT_LOCK_TIMEOUT, ENGINE_TABLES, InitResult, init_db
 from airflow_provider_etl_craft.engine.url import PostgresTarget
 from airflow_provider_etl_craft.errors import EtlCraftError
+from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT as RUN_LOCK_TIMEOUT
+from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
 
 class EngineDBHook(DbApiHook):
@@ -116,6 +119,12 @@ class EngineDBHook(DbApiHook):
         project_dir = find_migrations_dir(migrations_dir, self.engine_profile.base_dir)
         with closing(self.get_conn()) as conn:
             return migrate(self.engine, conn, project_dir, lock_timeout)
+
+    @contextmanager
+    def lifecycle(self, lock_timeout: float | None = RUN_LOCK_TIMEOUT) -> Iterator[RunLifecycle]:
+        """The run lifecycle (claim, task attempts, finish) on a fresh connection, closed on exit."""
+        with closing(self.get_conn()) as conn:
+            yield RunLifecycle(self.engine, conn, lock_timeout)
 
     def test_connection(self) -> tuple[bool, str]:
         """Connect, check the schema, and report whether the Engine tables exist (Airflow's Test button)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -34,6 +35,26 @@ class EngineDialect(ABC):
 
     #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
     begin_statement: ClassVar[str] = "BEGIN"
+
+    @abstractmethod
+    def to_db_time(self, value: datetime) -> Any:
+        """A timezone-aware datetime as this database stores it (UTC)."""
+
+    @abstractmethod
+    def from_db_time(self, value: Any) -> datetime | None:
+        """A stored timestamp back as an aware UTC datetime (None stays None)."""
+
+    def is_conflict(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a unique/check violation (a lost race), as opposed to a broken connection."""
+        return isinstance(exc, self.integrity_error())
+
+    @abstractmethod
+    def integrity_error(self) -> type[Exception]:
+        """The driver's integrity-violation exception class."""
+
+    def now(self) -> datetime:
+        """The current time, UTC (a method so one transaction can use one clock reading)."""
+        return datetime.now(UTC)
 
     @contextmanager
     def transaction(self, conn: Any) -> Iterator[Any]:
@@ -73,13 +94,17 @@ class EngineDialect(ABC):
         """Upper-cased names of the tables in the Engine schema."""
 
     def sql(self, text: str) -> str:
-        """Rewrite ``?`` placeholders for this driver (cached; SQL texts are constants)."""
-        if self.placeholder == "?":
-            return text
+        """Callers' SQL as this database takes it (cached; SQL texts are constants): see :meth:`translate`."""
         cached = self._sql_cache.get(text)
         if cached is None:
-            cached = self._sql_cache[text] = text.replace("%", "%%").replace("?", self.placeholder)
+            cached = self._sql_cache[text] = self.translate(text)
         return cached
+
+    def translate(self, text: str) -> str:
+        """Rewrite ``?`` placeholders for the driver; row-lock clauses (``FOR UPDATE``/``FOR SHARE``) stay."""
+        if self.placeholder == "?":
+            return text
+        return text.replace("%", "%%").replace("?", self.placeholder)
 
     def query(self, conn: Any, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement and return all rows (empty for statements without results)."""

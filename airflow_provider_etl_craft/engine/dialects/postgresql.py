@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_etl_craft.engine import locks
@@ -21,6 +22,17 @@ _LOGIN_REFUSED = ("authentication failed", "no pg_hba.conf entry", "certificate"
 class PostgresDialect(EngineDialect):
     name = "postgresql"
     placeholder = "%s"
+
+    def to_db_time(self, value: datetime) -> datetime:
+        return value.astimezone(UTC)
+
+    def from_db_time(self, value: Any) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+    def integrity_error(self) -> type[Exception]:
+        import psycopg2
+
+        return psycopg2.IntegrityError
 
     @property
     def target(self) -> PostgresTarget:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_etl_craft.engine import locks
@@ -12,6 +14,7 @@ from airflow_provider_etl_craft.engine.url import SqliteTarget
 from airflow_provider_etl_craft.errors import ConfigurationError
 
 MIN_VERSION = (3, 35, 0)
+_ROW_LOCK = re.compile(r"\s+FOR\s+(?:UPDATE|SHARE)\s*$", re.IGNORECASE)
 #: Writers queue on the database lock for up to this long instead of failing with "database is locked".
 BUSY_TIMEOUT_S = 60.0
 
@@ -30,6 +33,22 @@ class SqliteDialect(EngineDialect):
     name = "sqlite"
     placeholder = "?"
     begin_statement = "BEGIN IMMEDIATE"
+
+    def to_db_time(self, value: datetime) -> str:
+        # The same text form as the schema's strftime('%Y-%m-%dT%H:%M:%fZ') defaults: sortable as text.
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+    def from_db_time(self, value: Any) -> datetime | None:
+        if value is None:
+            return None
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
+
+    def integrity_error(self) -> type[Exception]:
+        return sqlite3.IntegrityError
+
+    def translate(self, text: str) -> str:
+        # BEGIN IMMEDIATE already holds the database's write lock: SQLite has (and needs) no row locks.
+        return _ROW_LOCK.sub("", text)
 
     @property
     def path(self):  # noqa: ANN201 - Path

@@ -1,0 +1,172 @@
+"""Claim and finish an etl-craft pipeline run around a DAG run's tasks (SPEC §9)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.common.compat.sdk import (
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    BaseOperator,
+    BaseSensorOperator,
+    PokeReturnValue,
+)
+
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.operators import _airflow_view
+from airflow_provider_etl_craft.operators._outcome import airflow_outcome
+from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, pipeline_tasks
+from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
+from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT, RunLifecycle, RunRow
+
+#: How long a claim waits for another run of its pipeline before it fails (overridable per operator).
+DEFAULT_CLAIM_TIMEOUT = timedelta(hours=6)
+DEFAULT_POKE_INTERVAL = timedelta(seconds=60)
+
+
+class _PipelineOperatorMixin:
+    pipeline_code: str
+    etl_craft_conn_id: str
+    profile: str | None
+
+    def _hook(self) -> EngineDBHook:
+        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.profile)
+
+
+class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
+    """Claim this DAG run's Engine run of ``pipeline_code``; push its ``PIPELINE_RUN_ID``.
+
+    Under the ``pipeline:<code>`` lock: the pipeline must be active and (with ``check_task_codes``) its
+    active ``CFG_TASKS`` must be exactly the DAG's recorded tasks of the pipeline. A claim retried by
+    Airflow resumes its own IN-PROGRESS run; a cleared DAG run reopens its ended run (REOPEN intervention).
+    While another run of the pipeline is IN-PROGRESS the claim waits in ``reschedule`` mode, so no worker
+    slot is held, for up to ``timeout``; when that run's own Airflow DAG run has already ended (or no longer
+    exists), the run is closed as abandoned (CANCELLED, with a CANCEL intervention) and the claim proceeds.
+    Runs started outside Airflow are never closed from here: the claim waits for them.
+
+    :param pipeline_code: ``CFG_PIPELINES.PIPELINE_CODE``.
+    :param etl_craft_conn_id: Airflow connection of the Engine DB.
+    :param profile: Engine profile of a file-backed connection.
+    :param lock_timeout: seconds to wait for the pipeline lock (then a retryable LOCK_TIMEOUT).
+    :param check_task_codes: compare the DAG's task codes with the pipeline's active tasks.
+    :param close_abandoned: close blocking runs whose Airflow DAG run has ended.
+    """
+
+    template_fields: Sequence[str] = ()
+    ui_color = "#fdf1d6"
+
+    def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name,
+                 profile: str | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, check_task_codes: bool = True,
+                 close_abandoned: bool = True, mode: str = "reschedule",
+                 poke_interval: timedelta | float = DEFAULT_POKE_INTERVAL,
+                 timeout: timedelta | float = DEFAULT_CLAIM_TIMEOUT, **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(mode=mode, poke_interval=poke_interval, timeout=timeout, **kwargs)
+        self.pipeline_code = check_code("pipeline_code", pipeline_code)
+        self.etl_craft_conn_id = etl_craft_conn_id
+        self.profile = profile
+        self.lock_timeout = lock_timeout
+        self.check_task_codes = check_task_codes
+        self.close_abandoned = close_abandoned
+        self._blocking: RunRow | None = None
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return super().execute(context)
+        except AirflowSensorTimeout as exc:
+            blocking = self._blocking.describe() if self._blocking else "another run"
+            raise AirflowSensorTimeout(
+                f"[TIMEOUT] pipeline {self.pipeline_code}: {blocking} was still IN-PROGRESS after {self.timeout:.0f}s, "
+                "so this DAG run could not claim its run; let that run finish (or close it), then clear this task"
+            ) from exc
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        identity = RunIdentity.from_context(context)
+        codes = None
+        if self.check_task_codes:
+            try:
+                codes = list(pipeline_tasks(self.dag, self.pipeline_code))
+            except ValueError as exc:
+                raise AirflowFailException(f"[METADATA] {exc}") from None
+        with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
+            for _ in range(3):
+                outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
+                if outcome.action != "BLOCKED":
+                    self._blocking = None
+                    self.log.info("etl-craft: %s run %d of pipeline %s (%s)", outcome.action.lower(),
+                                  outcome.pipeline_run_id, self.pipeline_code, identity.run_key)  # fmt: skip
+                    return PokeReturnValue(is_done=True, xcom_value=outcome.pipeline_run_id)
+                assert outcome.blocking is not None
+                self._blocking = outcome.blocking
+                if not self._close_if_abandoned(context, lifecycle, identity, outcome.blocking):
+                    self.log.info("etl-craft: waiting for %s of pipeline %s", outcome.blocking.describe(),
+                                  self.pipeline_code)  # fmt: skip
+                    return PokeReturnValue(is_done=False)
+        return PokeReturnValue(is_done=False)
+
+    def _close_if_abandoned(self, context: Any, lifecycle: RunLifecycle, identity: RunIdentity,
+                            blocking: RunRow) -> bool:  # fmt: skip
+        """Close ``blocking`` when Airflow says its DAG run is over; True when the claim may try again."""
+        owner = RunIdentity.parse_run_key(blocking.run_key)
+        if not self.close_abandoned or owner is None:
+            return False
+        state = _airflow_view.dag_run_state(context, *owner)
+        if state is None or (state not in _airflow_view.ENDED_DAG_RUN and state != _airflow_view.NOT_FOUND):
+            return False
+        reason = (f"its Airflow DAG run {owner[1]} of {owner[0]} is {state} but never finished the Engine run; "
+                  f"closed by {identity.run_key}")  # fmt: skip
+        closed = lifecycle.close_abandoned(self.pipeline_code, blocking.pipeline_run_id, identity, reason)
+        if closed:
+            self.log.warning("etl-craft: closed %s as abandoned: %s", blocking.describe(), reason)
+        return True
+
+
+class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
+    """End this DAG run's Engine run of ``pipeline_code`` (``trigger_rule='all_done'``).
+
+    The DAG's recorded tasks of the pipeline that Airflow never ran are recorded SKIPPED (FAILED when
+    Airflow says they failed before recording); attempts left live by a killed worker are closed LOST and
+    their task runs FAILED. The run ends FAILED when a data task failed or was cancelled (an
+    ``EMAIL_ALERT`` task's failure does not decide it), SKIPPED when every task was skipped, else SUCCESS;
+    ``SLA_STATUS`` is set once from ``SLA_IN_HOURS``. A FAILED run fails this task without retries, so the
+    DAG run shows the truth; a SKIPPED run skips it. Running it again on an ended run changes nothing.
+
+    :return: ``{"pipeline_run_id": int, "status": str}`` (pushed to XCom).
+    """
+
+    ui_color = "#fdf1d6"
+
+    def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name,
+                 profile: str | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 trigger_rule: str = "all_done", **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(trigger_rule=trigger_rule, **kwargs)
+        self.pipeline_code = check_code("pipeline_code", pipeline_code)
+        self.etl_craft_conn_id = etl_craft_conn_id
+        self.profile = profile
+        self.lock_timeout = lock_timeout
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        identity = RunIdentity.from_context(context)
+        try:
+            tasks = pipeline_tasks(self.dag, self.pipeline_code)
+        except ValueError as exc:
+            raise AirflowFailException(f"[METADATA] {exc}") from None
+        states = airflow_states_by_code(tasks, _airflow_view.task_states(context, tasks.values()))
+        with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
+            outcome = lifecycle.finish_run(self.pipeline_code, identity, states)
+        summary = f"pipeline {self.pipeline_code} run {outcome.pipeline_run_id} ended {outcome.status}"
+        if outcome.already_ended:
+            summary += " (already; nothing changed)"
+        details = [f"{label}: {', '.join(codes)}" for label, codes in
+                   (("failed", outcome.failed), ("lost", outcome.lost), ("skipped", outcome.skipped)) if codes]  # fmt: skip
+        if outcome.sla_status:
+            details.append(f"SLA {outcome.sla_status}")
+        message = summary + (f" ({'; '.join(details)})" if details else "")
+        if outcome.status == "FAILED":
+            raise AirflowFailException(f"[FAILURE] {message}")
+        self.log.info("etl-craft: %s", message)
+        if outcome.status == "SKIPPED":
+            raise AirflowSkipException(message)
+        return {"pipeline_run_id": outcome.pipeline_run_id, "status": outcome.status}

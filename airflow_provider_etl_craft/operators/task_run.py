@@ -1,0 +1,192 @@
+"""Recorded task runs: one mechanism (:class:`RecordedTaskMixin`) with three faces.
+
+* :class:`EtlCraftPythonOperator` runs a Python callable;
+* ``@etl_craft_task`` (``airflow_provider_etl_craft.decorators``) is the TaskFlow face;
+* :func:`recorded` wraps any existing operator class, e.g. ``recorded(SQLExecuteQueryOperator)``.
+
+Each Airflow try opens one ``AUD_TASK_ATTEMPTS`` row (attempt number = try number) on the task's single
+``AUD_TASK_RUN_LOG`` row of the keyed run, runs the work, then records SUCCESS with counts or FAILED with
+the error (attempt and summary in one transaction) and re-raises, so Airflow's retries apply unchanged.
+The Engine DB connection is not held while the work runs: start and finish each use a short one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from airflow.providers.common.compat.sdk import BaseOperator
+from airflow.providers.standard.operators.python import PythonOperator
+
+from airflow_provider_etl_craft import _compat
+from airflow_provider_etl_craft.errors import EtlCraftError
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.operators._outcome import airflow_outcome
+from airflow_provider_etl_craft.runs.counts import TaskCounts
+from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
+from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT, AttemptHandle
+
+OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
+CountsFunc = Callable[[Any], Any]
+
+
+class RecordedTaskMixin:
+    """Adds Engine DB recording to an operator's ``execute`` and ``on_kill``. Put it first in the bases.
+
+    :param pipeline_code: the pipeline this task belongs to (inherited inside ``etl_craft_pipeline``).
+    :param task_code: its ``CFG_TASKS.TASK_CODE``; default: the task_id given here, upper-cased
+        (``load_orders`` → ``LOAD_ORDERS``), without any task-group prefix.
+    :param etl_craft_conn_id: Airflow connection of the Engine DB (inherited, else ``etl_craft_default``).
+    :param etl_craft_profile: Engine profile of a file-backed connection.
+    :param counts: turns the operator's return value into counts (anything :meth:`TaskCounts.from_result`
+        accepts); default: the return value itself is read as counts.
+    :param etl_craft_lock_timeout: seconds to wait for the pipeline lock when a cleared task reopens its run.
+    """
+
+    #: Marks tasks the claim and finish operators count as the pipeline's tasks.
+    etl_craft_records_task = True
+
+    def __init__(self, *, pipeline_code: str | None = None, task_code: str | None = None,
+                 etl_craft_conn_id: str | None = None, etl_craft_profile: str | None = None,
+                 counts: CountsFunc | None = None,
+                 etl_craft_lock_timeout: float = DEFAULT_LOCK_TIMEOUT, **kwargs: Any) -> None:  # fmt: skip
+        raw_task_id = kwargs.get("task_id")  # before a task group prefixes it
+        code = task_code if task_code is not None else (str(raw_task_id).upper() if raw_task_id else None)
+        code = check_code("task_code", code) if code is not None else None
+        if pipeline_code is not None:
+            check_code("pipeline_code", pipeline_code)
+        super().__init__(**kwargs)  # BaseOperator accepts attributes only once it is initialised
+        self.pipeline_code = pipeline_code
+        self.task_code = code
+        self.etl_craft_conn_id = etl_craft_conn_id
+        self.etl_craft_profile = etl_craft_profile
+        self.etl_craft_counts = counts
+        self.etl_craft_lock_timeout = etl_craft_lock_timeout
+        self._etl_craft_attempt: AttemptHandle | None = None
+        self._etl_craft_killed = False
+
+    def _etl_craft_hook(self) -> EngineDBHook:
+        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id or EngineDBHook.default_conn_name,
+                            profile=self.etl_craft_profile)  # fmt: skip
+
+    def execute(self, context: Any) -> Any:
+        if not self.pipeline_code or not self.task_code:
+            raise _compat.fail_exception()(
+                f"[CONFIGURATION] task {self.task_id} records to no pipeline: pass pipeline_code= (and task_code= "  # type: ignore[attr-defined]
+                "if its task_id is not the code) or create it inside etl_craft_pipeline(...)"
+            )
+        identity = RunIdentity.from_context(context)
+        ti = context["ti"]
+        hook = self._etl_craft_hook()
+        with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+            handle = lifecycle.start_task(self.pipeline_code, self.task_code, identity, int(ti.try_number))
+        self._etl_craft_attempt = handle
+        self.log.info("etl-craft: %s attempt %d (ATTEMPT_ID %d) in pipeline run %d", self.task_code,  # type: ignore[attr-defined]
+                      handle.attempt_number, handle.attempt_id, handle.pipeline_run_id)  # fmt: skip
+        try:
+            result = super().execute(context)  # type: ignore[misc]
+            counts = TaskCounts.from_result(self.etl_craft_counts(result) if self.etl_craft_counts else result)
+        except BaseException as exc:
+            if self._etl_craft_attempt is not None:  # else on_kill has recorded it CANCELLED already
+                status = "CANCELLED" if self._etl_craft_killed else "FAILED"
+                self._record_end(hook, handle, status, error=_describe(exc), quiet=True)
+            raise
+        with airflow_outcome():
+            self._record_end(hook, handle, "SUCCESS", counts=counts)
+        self.log.info("etl-craft: %s SUCCESS %s", self.task_code, _format_counts(counts))  # type: ignore[attr-defined]
+        return result
+
+    def _record_end(self, hook: EngineDBHook, handle: AttemptHandle, status: str, counts: TaskCounts | None = None,
+                    error: str | None = None, quiet: bool = False) -> None:  # fmt: skip
+        """Record the end of the attempt; ``quiet`` when the work's own error must not be hidden by ours."""
+        self._etl_craft_attempt = None
+        try:
+            with hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+                lifecycle.finish_task(handle, status, counts, error)
+        except EtlCraftError as exc:
+            if not quiet:
+                raise
+            self.log.error("etl-craft: could not record %s for %s: %s", status, self.task_code, exc)  # type: ignore[attr-defined]
+
+    def on_kill(self) -> None:
+        """Record the live attempt CANCELLED, then let the operator clean up its own work."""
+        self._etl_craft_killed = True
+        handle = self._etl_craft_attempt
+        if handle is not None:
+            self._record_end(self._etl_craft_hook(), handle, "CANCELLED",
+                             error="cancelled: Airflow killed the task (on_kill)", quiet=True)  # fmt: skip
+        super().on_kill()  # type: ignore[misc]
+
+
+def _describe(exc: BaseException) -> str:
+    """The error as stored: type and message, with registered secrets masked."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return str(_compat.redact(text))
+
+
+def _format_counts(counts: TaskCounts) -> str:
+    names = ("source", "target", "insert", "update", "delete", "rows_written")
+    shown = [f"{n}={v}" for n, v in zip(names, counts.values(), strict=True) if v is not None]
+    return ", ".join(shown) if shown else "(no counts)"
+
+
+_RECORDED: dict[type, type] = {}
+
+
+def _init(self: Any, **kwargs: Any) -> None:
+    # Defined in the class body so Airflow's operator metaclass wraps it (default_args, init checks).
+    RecordedTaskMixin.__init__(self, **kwargs)
+
+
+def recorded(operator_class: OperatorT) -> OperatorT:
+    """A subclass of ``operator_class`` whose runs are recorded in the Engine DB.
+
+    ``recorded(SQLExecuteQueryOperator)(task_id="load_orders", conn_id="warehouse", sql=…, counts=…)`` takes
+    the operator's own arguments plus :class:`RecordedTaskMixin`'s. The same class is returned for the same
+    operator class, so DAG files may call this at module level freely.
+    """
+    if not (isinstance(operator_class, type) and issubclass(operator_class, BaseOperator)):
+        raise TypeError(f"recorded() takes an operator class, not {operator_class!r}")
+    if issubclass(operator_class, RecordedTaskMixin):
+        return operator_class
+    cls = _RECORDED.get(operator_class)
+    if cls is None:
+        cls = type(
+            f"Recorded{operator_class.__name__}",
+            (RecordedTaskMixin, operator_class),
+            {"__module__": __name__, "__init__": _init, "__doc__": f"{operator_class.__name__}, recorded in the "
+             "etl-craft Engine DB."},
+        )  # fmt: skip
+        _RECORDED[operator_class] = cls
+    return cls  # type: ignore[return-value]
+
+
+class EtlCraftPythonOperator(RecordedTaskMixin, PythonOperator):
+    """Run a Python callable as an etl-craft task; its return value gives the counts (see :class:`TaskCounts`)."""
+
+    ui_color = "#dff3e4"
+
+    def __init__(self, **kwargs: Any) -> None:  # here so Airflow's operator metaclass wraps it
+        super().__init__(**kwargs)
+
+
+def pipeline_tasks(dag: Any, pipeline_code: str) -> dict[str, str]:
+    """The DAG's recorded tasks of ``pipeline_code``: ``{task_code: task_id}``.
+
+    :raises ValueError: two tasks of the pipeline share a task code.
+    """
+    found: dict[str, str] = {}
+    for task in getattr(dag, "tasks", ()):
+        if getattr(task, "etl_craft_records_task", False) and task.pipeline_code == pipeline_code:
+            if task.task_code in found:
+                raise ValueError(
+                    f"tasks {found[task.task_code]} and {task.task_id} of DAG {dag.dag_id} both record task code "
+                    f"{task.task_code} of pipeline {pipeline_code}; give one of them another task_code="
+                )
+            found[task.task_code] = task.task_id
+    return found
+
+
+def airflow_states_by_code(tasks: Mapping[str, str], states: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Re-key Airflow task states from task_id to task code."""
+    return {code: states.get(task_id) for code, task_id in tasks.items()}

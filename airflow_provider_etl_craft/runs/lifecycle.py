@@ -1,0 +1,500 @@
+"""The run lifecycle (SPEC §9) in one place: claim, reopen, abandon, task attempts and finish.
+
+Operators and the CLI both call :class:`RunLifecycle`; it holds no Airflow imports. Every state change is
+one Engine DB transaction, and the schema's unique indexes (one IN-PROGRESS run per pipeline, one task-run
+row per task and run, one live attempt per task run) are the last word on races: a lost race surfaces
+as :class:`StaleTransitionError`, never as a duplicate row.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.locks import pipeline_lock
+from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError
+from airflow_provider_etl_craft.runs.counts import TaskCounts, clean_text
+from airflow_provider_etl_craft.runs.identity import RunIdentity
+
+#: Seconds to wait for the ``pipeline:<code>`` lock before a retryable LOCK_TIMEOUT.
+DEFAULT_LOCK_TIMEOUT = 60.0
+LIVE_ATTEMPT = ("QUEUED", "CLAIMED", "RUNNING")
+#: Task-run statuses that make a run FAILED when held by a data task (not an EMAIL_ALERT one).
+FAILING_TASK = ("FAILED", "CANCELLED")
+ALERT_HANDLER = "EMAIL_ALERT"
+
+#: The run columns :meth:`RunLifecycle._run_row` reads, in order (written out in each statement):
+#: r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """The columns of an ``AUD_PIPELINES_RUN_LOG`` row the lifecycle decides on."""
+
+    pipeline_run_id: int
+    pipeline_id: int
+    status: str
+    run_key: str | None
+    start_date: datetime | None
+    end_date: datetime | None
+    repair_pending: str
+    output_revision: int
+
+    def describe(self) -> str:
+        since = f" since {self.start_date:%Y-%m-%d %H:%M:%S}Z" if self.start_date else ""
+        return f"run {self.pipeline_run_id} ({self.run_key or 'started outside Airflow'}, {self.status}{since})"
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """``action`` is CREATED, RESUMED (retry of the claim), REOPENED (a cleared DAG run) or BLOCKED."""
+
+    action: str
+    pipeline_run_id: int | None = None
+    blocking: RunRow | None = None
+
+
+@dataclass(frozen=True)
+class AttemptHandle:
+    """The live attempt a task try writes to; ``owner_id`` proves it is still this try's row at the end."""
+
+    pipeline_run_id: int
+    task_run_id: int
+    attempt_id: int
+    attempt_number: int
+    owner_id: str
+    task_code: str
+
+
+@dataclass(frozen=True)
+class FinishOutcome:
+    pipeline_run_id: int
+    status: str
+    already_ended: bool = False
+    skipped: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    failed: tuple[str, ...] = field(default=())
+    sla_status: str | None = None
+
+
+class RunLifecycle:
+    """Engine-side bookkeeping of pipeline runs on one open connection (autocommit; transactions explicit).
+
+    :param engine: the dialect of the Engine DB.
+    :param conn: a connection from ``engine.connect()``; the caller closes it.
+    :param lock_timeout: seconds to wait for ``pipeline:<code>`` locks.
+    """
+
+    def __init__(self, engine: EngineDialect, conn: Any, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> None:
+        self.engine = engine
+        self.conn = conn
+        self.lock_timeout = lock_timeout
+
+    # -- helpers ---------------------------------------------------------------------------------------
+
+    def _exec(self, cur: Any, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        cur.execute(self.engine.sql(sql), params)
+        return cur
+
+    def _now(self) -> tuple[datetime, Any]:
+        now = self.engine.now()
+        return now, self.engine.to_db_time(now)
+
+    def _run_row(self, row: tuple[Any, ...]) -> RunRow:
+        t = self.engine.from_db_time
+        return RunRow(int(row[0]), int(row[1]), row[2], row[3], t(row[4]), t(row[5]), row[6], int(row[7]))
+
+    def _active_pipeline(self, cur: Any, code: str) -> tuple[int, float | None]:
+        row = self._exec(
+            cur, "SELECT PIPELINE_ID, SLA_IN_HOURS FROM CFG_PIPELINES WHERE PIPELINE_CODE = ? AND ACTIVE_FLAG = 'Y'",
+            (code,),
+        ).fetchone()  # fmt: skip
+        if row is None:
+            retired = self._exec(cur, "SELECT COUNT(*) FROM CFG_PIPELINES WHERE PIPELINE_CODE = ?", (code,)).fetchone()
+            state = "is retired (ACTIVE_FLAG='N')" if retired[0] else "does not exist"
+            raise MetadataError(
+                f"pipeline {code} {state} in CFG_PIPELINES of the Engine DB {self.engine.describe()}; add or "
+                "re-activate it through a project migration, or fix pipeline_code"
+            )
+        return int(row[0]), (None if row[1] is None else float(row[1]))
+
+    def _check_task_codes(self, cur: Any, pipeline_id: int, code: str, task_codes: Collection[str], where: str) -> None:
+        active = {r[0] for r in self._exec(
+            cur, "SELECT TASK_CODE FROM CFG_TASKS WHERE PIPELINE_ID = ? AND ACTIVE_FLAG = 'Y'", (pipeline_id,)
+        ).fetchall()}  # fmt: skip
+        unknown, missing = sorted(set(task_codes) - active), sorted(active - set(task_codes))
+        if unknown or missing:
+            parts = []
+            if unknown:
+                parts.append(f"{where} records task codes that are not active tasks of {code}: {', '.join(unknown)}")
+            if missing:
+                parts.append(f"active CFG_TASKS of {code} that {where} does not run: {', '.join(missing)}")
+            raise MetadataError(
+                "; ".join(parts) + "; make the DAG's task codes and CFG_TASKS agree (add, rename or retire tasks "
+                "through a project migration, or set task_code= on the DAG's tasks)"
+            )
+
+    def _intervention(self, cur: Any, pipeline_id: int, run_id: int, action: str, from_status: str | None,
+                      to_status: str | None, reason: str, identity: RunIdentity, task_id: int | None = None,
+                      ) -> None:  # fmt: skip
+        self._exec(
+            cur,
+            "INSERT INTO AUD_RUN_INTERVENTIONS (PIPELINE_ID, PIPELINE_RUN_ID, TASK_ID, ACTION, FROM_STATUS, "
+            "TO_STATUS, REASON, REQUESTED_BY, REQUESTED_BY_KIND, REQUESTED_AT) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (pipeline_id, run_id, task_id, action, from_status, to_status, clean_text(reason), identity.actor,
+             identity.actor_kind, self._now()[1]),
+        )  # fmt: skip
+
+    def _conflict(self, exc: BaseException, what: str) -> StaleTransitionError:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StaleTransitionError(f"{what}: another worker changed the Engine DB first ({detail}); a retry re-reads it")
+
+    # -- claim -------------------------------------------------------------------------------------------
+
+    def claim(self, pipeline_code: str, identity: RunIdentity, task_codes: Collection[str] | None = None,
+              where: str = "the DAG") -> ClaimOutcome:  # fmt: skip
+        """Claim the Engine run of ``identity`` under the ``pipeline:<code>`` lock.
+
+        Resumes the keyed run if IN-PROGRESS, reports BLOCKED while another run of the pipeline is
+        IN-PROGRESS, reopens the keyed run if it ended (REOPEN intervention, REPAIR_PENDING='Y'), else
+        inserts a new IN-PROGRESS run.
+
+        :param task_codes: when given, must equal the pipeline's active task codes (METADATA otherwise).
+        :raises MetadataError: the pipeline is not active, or the task codes differ.
+        :raises LockTimeoutError: the pipeline lock was busy for ``lock_timeout`` seconds.
+        """
+        with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn):
+            try:
+                with self.engine.transaction(self.conn) as cur:
+                    return self._claim(cur, pipeline_code, identity, task_codes, where)
+            except self.engine.integrity_error() as exc:
+                raise self._conflict(exc, f"claiming {identity.run_key} for {pipeline_code}") from None
+
+    def _claim(self, cur: Any, code: str, identity: RunIdentity, task_codes: Collection[str] | None,
+               where: str) -> ClaimOutcome:  # fmt: skip
+        pipeline_id, _ = self._active_pipeline(cur, code)
+        if task_codes is not None:
+            self._check_task_codes(cur, pipeline_id, code, task_codes, where)
+        rows = [self._run_row(r) for r in self._exec(
+            cur,
+            "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? "
+            "AND (r.RUN_KEY = ? OR r.STATUS = 'IN-PROGRESS') ORDER BY r.PIPELINE_RUN_ID",
+            (pipeline_id, identity.run_key),
+        ).fetchall()]  # fmt: skip
+        mine = next((r for r in rows if r.run_key == identity.run_key), None)
+        if mine is not None and mine.status == "IN-PROGRESS":
+            return ClaimOutcome("RESUMED", mine.pipeline_run_id)
+        blocking = next((r for r in rows if r.status == "IN-PROGRESS"), None)
+        if blocking is not None:
+            return ClaimOutcome("BLOCKED", blocking=blocking)
+        if mine is not None:
+            self._reopen(cur, mine, identity, f"Airflow DAG run {identity.run_id} of {identity.dag_id} ran again "
+                         "(cleared)")  # fmt: skip
+            return ClaimOutcome("REOPENED", mine.pipeline_run_id)
+        now_db = self._now()[1]
+        run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
+        (run_id,) = self._exec(
+            cur,
+            "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, STATUS, RUN_DATE, BACKFILL, RUN_KEY, "
+            "TRIGGER_KIND, OWNER_ID, STARTED_BY, STARTED_BY_KIND) "
+            "VALUES (?, ?, 'IN-PROGRESS', ?, ?, ?, 'ORCHESTRATOR', ?, ?, ?) RETURNING PIPELINE_RUN_ID",
+            (pipeline_id, now_db, run_date, "Y" if identity.backfill else "N", identity.run_key, identity.run_key,
+             identity.actor, identity.actor_kind),
+        ).fetchone()  # fmt: skip
+        return ClaimOutcome("CREATED", int(run_id))
+
+    def _reopen(self, cur: Any, run: RunRow, identity: RunIdentity, reason: str) -> None:
+        updated = self._exec(
+            cur,
+            "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = 'IN-PROGRESS', END_DATE = NULL, ENDED_BY = NULL, "
+            "ENDED_BY_KIND = NULL, REPAIR_PENDING = 'Y' WHERE PIPELINE_RUN_ID = ? AND STATUS = ?",
+            (run.pipeline_run_id, run.status),
+        ).rowcount
+        if updated != 1:
+            raise StaleTransitionError(f"{run.describe()} changed while it was being reopened; a retry re-reads it")
+        self._intervention(cur, run.pipeline_id, run.pipeline_run_id, "REOPEN", run.status, "IN-PROGRESS", reason,
+                           identity)  # fmt: skip
+
+    def close_abandoned(self, pipeline_code: str, pipeline_run_id: int, identity: RunIdentity, reason: str) -> bool:
+        """Close an IN-PROGRESS run whose driver is gone as CANCELLED (CANCEL intervention; attempts LOST).
+
+        :return: False when the run was no longer IN-PROGRESS (someone else closed it first).
+        """
+        with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn), \
+                self.engine.transaction(self.conn) as cur:  # fmt: skip
+            row = self._exec(
+                cur, "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID = ?"
+                " FOR UPDATE", (pipeline_run_id,),
+            ).fetchone()  # fmt: skip
+            if row is None or row[2] != "IN-PROGRESS":
+                return False
+            run = self._run_row(row)
+            now_db = self._now()[1]
+            note = clean_text(f"abandoned: {reason}")
+            self._exec(
+                cur,
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+                "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?)",
+                (now_db, note, pipeline_run_id),
+            )  # fmt: skip
+            self._exec(
+                cur,
+                "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'CANCELLED', END_DATE = ?, ERROR_MESSAGE = ? "
+                "WHERE PIPELINE_RUN_ID = ? AND STATUS = 'IN-PROGRESS'",
+                (now_db, note, pipeline_run_id),
+            )
+            self._exec(
+                cur,
+                "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = 'CANCELLED', END_DATE = ?, ENDED_BY = ?, ENDED_BY_KIND = ?, "
+                "REPAIR_PENDING = 'N' WHERE PIPELINE_RUN_ID = ?",
+                (now_db, identity.actor, identity.actor_kind, pipeline_run_id),
+            )  # fmt: skip
+            self._intervention(cur, run.pipeline_id, pipeline_run_id, "CANCEL", "IN-PROGRESS", "CANCELLED",
+                               f"abandoned: {reason}", identity)  # fmt: skip
+            return True
+
+    # -- task attempts -----------------------------------------------------------------------------------
+
+    def start_task(self, pipeline_code: str, task_code: str, identity: RunIdentity, try_number: int,
+                   log_path: str | None = None) -> AttemptHandle:  # fmt: skip
+        """Open attempt ``try_number`` of ``task_code`` in the keyed run (one transaction).
+
+        Finds or creates the task's single ``AUD_TASK_RUN_LOG`` row; a live attempt of an earlier try
+        (its worker died, Airflow moved on) is closed LOST first; a second live attempt of the same try
+        is refused. A run that already ended (a task cleared in Airflow) is reopened first.
+
+        :raises MetadataError: the pipeline or task is not active.
+        :raises RunStateError: no run with this key (the claim did not run).
+        :raises StaleTransitionError: this try already has an attempt (a duplicate delivery).
+        """
+        for _ in range(2):
+            try:
+                with self.engine.transaction(self.conn) as cur:
+                    handle = self._start_task(cur, pipeline_code, task_code, identity, try_number, log_path)
+            except self.engine.integrity_error() as exc:
+                raise StaleTransitionError(
+                    f"attempt {try_number} of task {task_code} in {identity.run_key} is already recorded: a second "
+                    f"delivery of the same try is refused ({str(exc).splitlines()[0] if str(exc) else 'conflict'})"
+                ) from None
+            if isinstance(handle, AttemptHandle):
+                return handle
+            self._reopen_for_task(pipeline_code, handle, identity, task_code)
+        raise StaleTransitionError(f"{identity.run_key} ended again while task {task_code} was starting; retry")
+
+    def _start_task(self, cur: Any, code: str, task_code: str, identity: RunIdentity, try_number: int,
+                    log_path: str | None) -> AttemptHandle | RunRow:  # fmt: skip
+        row = self._exec(
+            cur,
+            "SELECT t.TASK_ID, r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM CFG_PIPELINES p "
+            "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
+            "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
+            "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' FOR SHARE",
+            (task_code, identity.run_key, code),
+        ).fetchone()
+        if row is None:
+            self._explain_missing(cur, code, task_code, identity)
+        task_id, run = int(row[0]), self._run_row(row[1:])
+        if run.status != "IN-PROGRESS":
+            return run
+        now_db = self._now()[1]
+        self._exec(
+            cur,
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+            "AND ATTEMPT_NUMBER < ? AND TASK_RUN_ID = "
+            "(SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?)",
+            (now_db, f"lost: Airflow started try {try_number} while this attempt was still live (its worker ended "
+             "without recording)", try_number, task_id, run.pipeline_run_id),
+        )  # fmt: skip
+        (task_run_id,) = self._exec(
+            cur,
+            "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
+            "VALUES (?, ?, ?, 'IN-PROGRESS', 1) ON CONFLICT (TASK_ID, PIPELINE_RUN_ID) DO UPDATE SET "
+            "STATUS = 'IN-PROGRESS', END_DATE = NULL, ERROR_MESSAGE = NULL, "
+            "ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 RETURNING TASK_RUN_ID",
+            (task_id, run.pipeline_run_id, now_db),
+        ).fetchone()  # fmt: skip
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        (attempt_id,) = self._exec(
+            cur,
+            "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, "
+            "HEARTBEAT_AT, HOST, PID, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND) "
+            "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ATTEMPT_ID",
+            (task_run_id, try_number, owner, now_db, now_db, now_db, socket.gethostname(), os.getpid(), log_path,
+             identity.actor, identity.actor_kind),
+        ).fetchone()  # fmt: skip
+        return AttemptHandle(run.pipeline_run_id, int(task_run_id), int(attempt_id), try_number, owner, task_code)
+
+    def _explain_missing(self, cur: Any, code: str, task_code: str, identity: RunIdentity) -> None:
+        pipeline_id, _ = self._active_pipeline(cur, code)
+        found = self._exec(
+            cur, "SELECT COUNT(*) FROM CFG_TASKS WHERE PIPELINE_ID = ? AND TASK_CODE = ? AND ACTIVE_FLAG = 'Y'",
+            (pipeline_id, task_code),
+        ).fetchone()[0]  # fmt: skip
+        if not found:
+            raise MetadataError(
+                f"task {task_code} is not an active task of pipeline {code} in CFG_TASKS of the Engine DB "
+                f"{self.engine.describe()}; add it through a project migration, or fix task_code"
+            )
+        raise RunStateError(
+            f"no Engine run of pipeline {code} has the run key {identity.run_key}: the pipeline's claim task has not "
+            "run for this DAG run; put ClaimPipelineRunOperator (or etl_craft_pipeline) upstream of this task"
+        )
+
+    def _reopen_for_task(self, code: str, run: RunRow, identity: RunIdentity, task_code: str) -> None:
+        with self.engine.lock(pipeline_lock(code), self.lock_timeout, conn=self.conn), \
+                self.engine.transaction(self.conn) as cur:  # fmt: skip
+            busy = self._exec(
+                cur,
+                "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? AND "
+                "r.STATUS = 'IN-PROGRESS' AND r.PIPELINE_RUN_ID <> ?",
+                (run.pipeline_id, run.pipeline_run_id),
+            ).fetchone()
+            if busy is not None:
+                raise StaleTransitionError(
+                    f"task {task_code} was cleared in {identity.run_key}, whose {run.describe()} has ended, but "
+                    f"{self._run_row(busy).describe()} holds the pipeline now; retry after it ends"
+                )
+            current = self._exec(
+                cur, "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID = ?",
+                (run.pipeline_run_id,),
+            ).fetchone()  # fmt: skip
+            if current is not None and current[2] != "IN-PROGRESS":
+                self._reopen(cur, self._run_row(current), identity, f"task {task_code} ran again in Airflow (cleared)")
+
+    def finish_task(self, handle: AttemptHandle, status: str, counts: TaskCounts | None = None,
+                    error: str | None = None) -> None:  # fmt: skip
+        """Close the attempt as SUCCESS, FAILED or CANCELLED and copy it to the task-run row (one transaction).
+
+        :raises StaleTransitionError: the attempt is no longer this try's live attempt (closed as LOST by a
+            later try or by the finish task).
+        """
+        values = (counts or TaskCounts()).values()
+        message = None if error is None else clean_text(error)
+        now_db = self._now()[1]
+        with self.engine.transaction(self.conn) as cur:
+            updated = self._exec(
+                cur,
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
+                "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, "
+                "ERROR_MESSAGE = ? WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')",
+                (status, now_db, now_db, *values, message, handle.attempt_id, handle.owner_id),
+            ).rowcount
+            if updated != 1:
+                raise StaleTransitionError(
+                    f"attempt {handle.attempt_number} of task {handle.task_code} (ATTEMPT_ID {handle.attempt_id}) "
+                    "was closed by someone else (a later try or the finish task); its result is not recorded"
+                )
+            self._exec(
+                cur,
+                "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, "
+                "INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
+                "WHERE TASK_RUN_ID = ?",
+                (status, now_db, *values, message, handle.task_run_id),
+            )
+
+    # -- finish ------------------------------------------------------------------------------------------
+
+    def finish_run(self, pipeline_code: str, identity: RunIdentity,
+                   airflow_states: Mapping[str, str | None]) -> FinishOutcome:  # fmt: skip
+        """End the keyed run (SPEC §9 *Finish*), under the pipeline lock, in one transaction.
+
+        :param airflow_states: Airflow's state of each of the DAG's tasks of this pipeline, by task code;
+            a code without a task-run row is recorded SKIPPED (or FAILED when Airflow says it failed).
+        :raises RunStateError: no run with this key.
+        """
+        with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn), \
+                self.engine.transaction(self.conn) as cur:  # fmt: skip
+            return self._finish_run(cur, pipeline_code, identity, airflow_states)
+
+    def _finish_run(self, cur: Any, code: str, identity: RunIdentity,
+                    airflow_states: Mapping[str, str | None]) -> FinishOutcome:  # fmt: skip
+        row = self._exec(
+            cur,
+            "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION, r.SLA_STATUS, p.SLA_IN_HOURS FROM AUD_PIPELINES_RUN_LOG r "
+            "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND r.RUN_KEY = ? "
+            "ORDER BY r.PIPELINE_RUN_ID DESC FOR UPDATE",
+            (code, identity.run_key),
+        ).fetchone()
+        if row is None:
+            raise RunStateError(
+                f"no Engine run of pipeline {code} has the run key {identity.run_key}, so there is nothing to finish; "
+                "the claim task failed or did not run (see its log)"
+            )
+        run, sla_status, sla_hours = self._run_row(row[:8]), row[8], row[9]
+        if run.status != "IN-PROGRESS":
+            return FinishOutcome(run.pipeline_run_id, run.status, already_ended=True, sla_status=sla_status)
+        now, now_db = self._now()
+        lost = [r[0] for r in self._exec(
+            cur,
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+            "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?) "
+            "RETURNING TASK_RUN_ID",
+            (now_db, "lost: the attempt was still live when the DAG run finished (its worker ended without "
+             "recording)", run.pipeline_run_id),
+        ).fetchall()]  # fmt: skip
+        lost_codes: list[str] = []
+        if lost:
+            lost_codes = [r[0] for r in self._exec(
+                cur,
+                "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'FAILED', END_DATE = ?, ERROR_MESSAGE = ? "
+                "WHERE PIPELINE_RUN_ID = ? AND STATUS = 'IN-PROGRESS' RETURNING "
+                "(SELECT TASK_CODE FROM CFG_TASKS t WHERE t.TASK_ID = AUD_TASK_RUN_LOG.TASK_ID)",
+                (now_db, "failed: its attempt was lost (the worker ended without recording)", run.pipeline_run_id),
+            ).fetchall()]  # fmt: skip
+        tasks = self._exec(
+            cur,
+            "SELECT t.TASK_ID, t.TASK_CODE, t.HANDLER, tr.TASK_RUN_ID, tr.STATUS FROM CFG_TASKS t "
+            "LEFT JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_ID = t.TASK_ID AND tr.PIPELINE_RUN_ID = ? "
+            "WHERE t.PIPELINE_ID = ? AND (t.ACTIVE_FLAG = 'Y' OR tr.TASK_RUN_ID IS NOT NULL)",
+            (run.pipeline_run_id, run.pipeline_id),
+        ).fetchall()
+        statuses: list[tuple[str, str, str]] = []  # (code, handler, status)
+        skipped: list[str] = []
+        failed: list[str] = []
+        for task_id, task_code, handler, task_run_id, status in tasks:
+            if task_run_id is None:
+                if task_code not in airflow_states:
+                    continue  # active in CFG_TASKS but not part of this DAG
+                state = airflow_states[task_code]
+                status = "FAILED" if state == "failed" else "SKIPPED"
+                why = (f"failed in Airflow before it recorded an attempt (Airflow state: {state})" if status == "FAILED"
+                       else f"not run by Airflow (Airflow state: {state or 'none'})")  # fmt: skip
+                self._exec(
+                    cur,
+                    "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, END_DATE, STATUS, "
+                    "ATTEMPT_COUNT, ERROR_MESSAGE, TASK_LOG) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
+                    (task_id, run.pipeline_run_id, now_db, now_db, status, why if status == "FAILED" else None,
+                     why),
+                )  # fmt: skip
+                (skipped if status == "SKIPPED" else failed).append(task_code)
+            elif status in FAILING_TASK:
+                failed.append(task_code)
+            statuses.append((task_code, handler, status))
+        data_failed = [c for c, handler, s in statuses if handler != ALERT_HANDLER and s in FAILING_TASK]
+        if data_failed:
+            final = "FAILED"
+        elif all(s == "SKIPPED" for _, _, s in statuses):
+            final = "SKIPPED"
+        else:
+            final = "SUCCESS"
+        new_sla = None
+        if sla_status is None and sla_hours is not None and run.start_date is not None:
+            hours = (now - run.start_date).total_seconds() / 3600
+            new_sla = "MET" if hours <= float(sla_hours) else "BREACHED"
+        revision = run.output_revision + (1 if run.repair_pending == "Y" else 0)
+        self._exec(
+            cur,
+            "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = ?, END_DATE = ?, ENDED_BY = ?, ENDED_BY_KIND = ?, "
+            "SLA_STATUS = COALESCE(SLA_STATUS, ?), OUTPUT_REVISION = ?, REPAIR_PENDING = 'N' "
+            "WHERE PIPELINE_RUN_ID = ?",
+            (final, now_db, identity.actor, identity.actor_kind, new_sla, revision, run.pipeline_run_id),
+        )
+        return FinishOutcome(run.pipeline_run_id, final, skipped=tuple(sorted(skipped)),
+                             lost=tuple(sorted(lost_codes)), failed=tuple(sorted(failed)),
+                             sla_status=sla_status or new_sla)  # fmt: skip

@@ -1,16 +1,19 @@
-"""``etl-craft-airflow``: init-db, migrate and check outside Airflow; exit statuses per SPEC §11."""
+"""``etl-craft-airflow``: init-db, migrate, check, status and history outside Airflow; exit statuses per SPEC §11."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
-from airflow_provider_etl_craft import __version__
+from airflow_provider_etl_craft import __version__, _compat
+from airflow_provider_etl_craft.cli.tables import format_table
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.runs.queries import RunQueries, as_json
 
 Command = Callable[[EngineDBHook, argparse.Namespace, TextIO], int]
 
@@ -89,11 +92,143 @@ def _stage(name: str) -> Iterator[None]:
         raise
 
 
+# -- status and history ------------------------------------------------------------------------------
+
+#: Table columns: header and key in the JSON document (the table shows the same, masked values).
+RUN_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("STATUS", "status"), ("RUN_KEY", "run_key"),
+               ("RUN_DATE", "run_date"), ("START_DATE", "start_date"), ("END_DATE", "end_date"),
+               ("SLA_STATUS", "sla_status"), ("OUTPUT_REVISION", "output_revision"),
+               ("TRIGGER_KIND", "trigger_kind"), ("TASKS", "tasks"))  # fmt: skip
+TASK_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code"), ("STATUS", "status"),
+                ("ATTEMPT_COUNT", "attempt_count"), ("SOURCE", "source_count"), ("TARGET", "target_count"), ("INSERT", "insert_count"),
+                ("UPDATE", "update_count"), ("DELETE", "delete_count"), ("ROWS_WRITTEN", "rows_written"),
+                ("START_DATE", "start_date"), ("END_DATE", "end_date"), ("ERROR_MESSAGE", "error_message"))  # fmt: skip
+ATTEMPT_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code"),
+                   ("ATTEMPT_NUMBER", "attempt_number"), ("STATUS", "status"), ("HOST", "host"), ("PID", "pid"),
+                   ("STARTED_AT", "started_at"), ("ENDED_AT", "ended_at"), ("ERROR_MESSAGE", "error_message"))  # fmt: skip
+#: Only error messages are shortened in tables (``--format json`` has them whole).
+CELL_WIDTHS = {"ERROR_MESSAGE": 60}
+
+
+@contextmanager
+def _run_queries(hook: EngineDBHook) -> Iterator[RunQueries]:
+    with closing(hook.get_conn()) as conn:
+        queries = RunQueries(hook.engine, conn)
+        queries.check_tables()
+        yield queries
+
+
+def _status(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    """The pipeline, its open pause, and its IN-PROGRESS run (else its latest run) with task runs and attempts."""
+    with _run_queries(hook) as queries:
+        pipeline = queries.pipeline(args.pipeline)
+        pause = queries.open_pause(pipeline.pipeline_id)
+        run = queries.current_or_latest_run(args.pipeline)
+    doc = _masked({"pipeline": as_json(pipeline), "pause": as_json(pause), "run": as_json(run)})
+    if args.format == "json":
+        return _print_json(doc, out)
+    print(_describe_pipeline(doc["pipeline"], doc["pause"]), file=out)
+    if run is None:
+        print(f"no runs of pipeline {doc['pipeline']['pipeline_code']} yet", file=out)
+        return 0
+    print(f"\n{'current' if run.status == 'IN-PROGRESS' else 'latest'} run", file=out)
+    _print_runs([doc["run"]], out)
+    return 0
+
+
+def _history(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    """The newest ``--limit`` runs of the pipeline, newest first, then their task runs and attempts."""
+    with _run_queries(hook) as queries:
+        pipeline = queries.pipeline(args.pipeline)
+        runs = queries.recent_runs(args.pipeline, args.limit)
+    doc = _masked({"pipeline": as_json(pipeline), "runs": as_json(runs)})
+    if args.format == "json":
+        return _print_json(doc, out)
+    print(_describe_pipeline(doc["pipeline"], None), file=out)
+    if not runs:
+        print(f"no runs of pipeline {doc['pipeline']['pipeline_code']} yet", file=out)
+        return 0
+    print(f"\n{len(runs)} most recent run(s), newest first (--limit {args.limit})", file=out)
+    _print_runs(doc["runs"], out)
+    return 0
+
+
+def _masked(value: Any) -> Any:
+    """Every text value through Airflow's secret masker (a secret an error message echoed shows as ``***``)."""
+    if isinstance(value, str):
+        return str(_compat.redact(value))
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _masked(v) for k, v in value.items()}
+    return value
+
+
+def _print_json(doc: dict[str, Any], out: TextIO) -> int:
+    print(json.dumps(doc, indent=2), file=out)
+    return 0
+
+
+def _describe_pipeline(pipeline: dict[str, Any], pause: dict[str, Any] | None) -> str:
+    sla = pipeline["sla_in_hours"]
+    text = (f"pipeline {pipeline['pipeline_code']} ({pipeline['pipeline_name'] or 'no name'}): "
+            f"{'active' if pipeline['active_flag'] == 'Y' else 'retired'} (ACTIVE_FLAG={pipeline['active_flag']}), "
+            f"SLA {'none' if sla is None else f'{sla:g} hours'}")  # fmt: skip
+    if pause is not None:
+        by = f" by {pause['paused_by']} ({pause['paused_by_kind']})" if pause["paused_by"] else ""
+        text += f"\npaused since {pause['paused_at']}{by}: {pause['reason'] or 'no reason given'}"
+    return text
+
+
+def _print_runs(runs: list[dict[str, Any]], out: TextIO) -> None:
+    """Runs, then all their task runs, then all their attempts: three tables joined by PIPELINE_RUN_ID."""
+    summaries = [{**run, "tasks": ", ".join(f"{n} {s}" for s, n in run["task_status_counts"].items()) or None}
+                 for run in runs]  # fmt: skip
+    tasks = [{"pipeline_run_id": run["pipeline_run_id"], **task} for run in runs for task in run["task_runs"]]
+    attempts = [{**attempt, "pipeline_run_id": task["pipeline_run_id"], "task_code": task["task_code"]}
+                for task in tasks for attempt in task["attempts"]]  # fmt: skip
+    print(_table(RUN_COLUMNS, summaries), file=out)
+    print(f"\ntask runs\n{_table(TASK_COLUMNS, tasks)}", file=out)
+    print(f"\nattempts\n{_table(ATTEMPT_COLUMNS, attempts)}", file=out)
+
+
+def _table(columns: Sequence[tuple[str, str]], items: list[dict[str, Any]]) -> str:
+    if not items:
+        return "(none)"
+    rows = [[item[key] for _, key in columns] for item in items]
+    return format_table([header for header, _ in columns], rows, max_width=None, widths=CELL_WIDTHS)
+
+
 COMMANDS: dict[str, tuple[Command, str]] = {
     "init-db": (_init_db, "create the Engine tables (safe to repeat: an up-to-date Engine DB is left alone)"),
     "migrate": (_migrate, "init-db if needed, then apply packaged and project migrations in file-name order"),
     "check": (_check, "check settings, secrets, connection, schema, tables and pending migrations"),
+    "status": (_status, "show a pipeline, its open pause, and its running (else latest) run with task runs "
+                        "and attempts"),
+    "history": (_history, "show a pipeline's most recent runs, newest first, with task runs and attempts"),
 }
+#: Read-only commands: no lock, so no --lock-timeout; --pipeline and --format instead.
+RUN_VIEWS = ("status", "history")
+DEFAULT_HISTORY_LIMIT = 20
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of runs (1 or more), got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
+    cmd.add_argument("--pipeline", required=True, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES")
+    cmd.add_argument("--format", choices=("table", "json"), default="table",
+                     help="table (default) or one JSON document; timestamps are ISO-8601 UTC in both")  # fmt: skip
+    if name == "history":
+        cmd.add_argument("--limit", type=_at_least_one, default=DEFAULT_HISTORY_LIMIT, metavar="N",
+                         help=f"how many runs to show, newest first (default {DEFAULT_HISTORY_LIMIT})")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        if name in RUN_VIEWS:
+            _add_view_arguments(cmd, name)
+            continue
         cmd.add_argument("--lock-timeout", type=float, default=300.0, metavar="SECONDS",
                          help="how long to wait for the migrate lock (default 300)")  # fmt: skip
         if name in ("migrate", "check"):

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int = 40) -> str:
-    """Left-aligned columns separated by two spaces; long cells are cut with ``…``; NULL shows as ``-``."""
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int | None = 40,
+                 widths: Mapping[str, int | None] | None = None) -> str:  # fmt: skip
+    """Left-aligned columns separated by two spaces; long cells are cut with ``…``; NULL shows as ``-``.
 
-    def cell(value: Any) -> str:
+    :param max_width: longest cell text kept (None: never cut).
+    :param widths: per-column overrides of ``max_width``, by header (None: never cut that column).
+    """
+    limits = [(widths or {}).get(h, max_width) for h in headers]
+
+    def cell(value: Any, limit: int | None) -> str:
         text = "-" if value is None else str(value).replace("\n", " ")
-        return text if len(text) <= max_width else text[: max_width - 1] + "…"
+        return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
-    body = [[cell(v) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
+    body = [[cell(v, limit) for v, limit in zip(row, limits, strict=True)] for row in rows]
+    sizes = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, sizes, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in sizes))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, sizes, strict=True)).rstrip() for r in body]
     return "\n".join(lines)

@@ -152,8 +152,9 @@ class RunLifecycle:
         )  # fmt: skip
 
     def _conflict(self, exc: BaseException, what: str) -> StaleTransitionError:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return StaleTransitionError(f"{what}: another worker changed the Engine DB first ({detail}); a retry re-reads it")
+        return StaleTransitionError(
+            f"{what}: another worker changed the Engine DB first ({_first_line(exc)}); a retry re-reads it"
+        )
 
     # -- claim -------------------------------------------------------------------------------------------
 
@@ -273,22 +274,48 @@ class RunLifecycle:
         :raises RunStateError: no run with this key (the claim did not run).
         :raises StaleTransitionError: this try already has an attempt (a duplicate delivery).
         """
-        for _ in range(2):
+        attempt_number, note = try_number, None
+        for _ in range(4):
             try:
                 with self.engine.transaction(self.conn) as cur:
-                    handle = self._start_task(cur, pipeline_code, task_code, identity, try_number, log_path)
+                    handle = self._start_task(cur, pipeline_code, task_code, identity, try_number, attempt_number,
+                                              note, log_path)  # fmt: skip
             except self.engine.integrity_error() as exc:
-                raise StaleTransitionError(
-                    f"attempt {try_number} of task {task_code} in {identity.run_key} is already recorded: a second "
-                    f"delivery of the same try is refused ({str(exc).splitlines()[0] if str(exc) else 'conflict'})"
-                ) from None
+                taken = self._attempt_taken(pipeline_code, task_code, identity, attempt_number)
+                if taken is None or taken[0] in LIVE_ATTEMPT:
+                    raise StaleTransitionError(
+                        f"task {task_code} in {identity.run_key} already has a live attempt or a record of try "
+                        f"{try_number}: a second delivery is refused ({_first_line(exc)})"
+                    ) from None
+                # The number is taken by an ended attempt: Airflow restarted its try numbering (a DAG run
+                # deleted and created again under the same run id). Continue the task run's numbering.
+                attempt_number = taken[1] + 1
+                note = f"Airflow try {try_number}; its try numbering restarted (the DAG run was created again)"
+                continue
             if isinstance(handle, AttemptHandle):
                 return handle
             self._reopen_for_task(pipeline_code, handle, identity, task_code)
-        raise StaleTransitionError(f"{identity.run_key} ended again while task {task_code} was starting; retry")
+        raise StaleTransitionError(f"{identity.run_key} changed while task {task_code} was starting; retry")
+
+    def _attempt_taken(self, code: str, task_code: str, identity: RunIdentity,
+                       attempt_number: int) -> tuple[str, int] | None:  # fmt: skip
+        """Status of attempt ``attempt_number`` of the task in the keyed run, and the highest attempt number."""
+        with self.engine.transaction(self.conn) as cur:
+            row = self._exec(
+                cur,
+                "SELECT a.STATUS, (SELECT MAX(m.ATTEMPT_NUMBER) FROM AUD_TASK_ATTEMPTS m WHERE m.TASK_RUN_ID = "
+                "a.TASK_RUN_ID) FROM AUD_TASK_ATTEMPTS a "
+                "JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
+                "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
+                "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
+                "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
+                "WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? AND r.RUN_KEY = ? AND a.ATTEMPT_NUMBER = ?",
+                (code, task_code, identity.run_key, attempt_number),
+            ).fetchone()
+        return None if row is None else (row[0], int(row[1]))
 
     def _start_task(self, cur: Any, code: str, task_code: str, identity: RunIdentity, try_number: int,
-                    log_path: str | None) -> AttemptHandle | RunRow:  # fmt: skip
+                    attempt_number: int, note: str | None, log_path: str | None) -> AttemptHandle | RunRow:  # fmt: skip
         row = self._exec(
             cur,
             "SELECT t.TASK_ID, r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM CFG_PIPELINES p "
@@ -309,7 +336,7 @@ class RunLifecycle:
             "AND ATTEMPT_NUMBER < ? AND TASK_RUN_ID = "
             "(SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?)",
             (now_db, f"lost: Airflow started try {try_number} while this attempt was still live (its worker ended "
-             "without recording)", try_number, task_id, run.pipeline_run_id),
+             "without recording)", attempt_number, task_id, run.pipeline_run_id),
         )  # fmt: skip
         (task_run_id,) = self._exec(
             cur,
@@ -323,12 +350,12 @@ class RunLifecycle:
         (attempt_id,) = self._exec(
             cur,
             "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, "
-            "HEARTBEAT_AT, HOST, PID, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND) "
-            "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ATTEMPT_ID",
-            (task_run_id, try_number, owner, now_db, now_db, now_db, socket.gethostname(), os.getpid(), log_path,
-             identity.actor, identity.actor_kind),
+            "HEARTBEAT_AT, HOST, PID, LOG_PATH, TASK_LOG, REQUESTED_BY, REQUESTED_BY_KIND) "
+            "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ATTEMPT_ID",
+            (task_run_id, attempt_number, owner, now_db, now_db, now_db, socket.gethostname(), os.getpid(), log_path,
+             note, identity.actor, identity.actor_kind),
         ).fetchone()  # fmt: skip
-        return AttemptHandle(run.pipeline_run_id, int(task_run_id), int(attempt_id), try_number, owner, task_code)
+        return AttemptHandle(run.pipeline_run_id, int(task_run_id), int(attempt_id), attempt_number, owner, task_code)
 
     def _explain_missing(self, cur: Any, code: str, task_code: str, identity: RunIdentity) -> None:
         pipeline_id, _ = self._active_pipeline(cur, code)
@@ -498,3 +525,8 @@ class RunLifecycle:
         return FinishOutcome(run.pipeline_run_id, final, skipped=tuple(sorted(skipped)),
                              lost=tuple(sorted(lost_codes)), failed=tuple(sorted(failed)),
                              sla_status=sla_status or new_sla)  # fmt: skip
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

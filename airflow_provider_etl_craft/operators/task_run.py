@@ -88,7 +88,7 @@ class RecordedTaskMixin:
             counts = TaskCounts.from_result(self.etl_craft_counts(result) if self.etl_craft_counts else result)
         except BaseException as exc:
             if self._etl_craft_attempt is not None:  # else on_kill has recorded it CANCELLED already
-                status = "CANCELLED" if self._etl_craft_killed else "FAILED"
+                status = "CANCELLED" if self._etl_craft_killed else _end_status(exc)
                 self._record_end(hook, handle, status, error=_describe(exc), quiet=True)
             raise
         with airflow_outcome():
@@ -116,6 +116,13 @@ class RecordedTaskMixin:
             self._record_end(self._etl_craft_hook(), handle, "CANCELLED",
                              error="cancelled: Airflow killed the task (on_kill)", quiet=True)  # fmt: skip
         super().on_kill()  # type: ignore[misc]
+
+
+def _end_status(exc: BaseException) -> str:
+    """TIMED_OUT for Airflow's execution_timeout, else FAILED."""
+    from airflow.providers.common.compat.sdk import AirflowTaskTimeout
+
+    return "TIMED_OUT" if isinstance(exc, AirflowTaskTimeout) else "FAILED"
 
 
 def _describe(exc: BaseException) -> str:

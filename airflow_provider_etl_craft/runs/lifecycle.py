@@ -28,6 +28,8 @@ LIVE_ATTEMPT = ("QUEUED", "CLAIMED", "RUNNING")
 #: Task-run statuses that make a run FAILED when held by a data task (not an EMAIL_ALERT one).
 FAILING_TASK = ("FAILED", "CANCELLED")
 ALERT_HANDLER = "EMAIL_ALERT"
+#: An attempt's end status → its task run's status (the task-run table has no TIMED_OUT).
+TASK_RUN_STATUS = {"SUCCESS": "SUCCESS", "FAILED": "FAILED", "TIMED_OUT": "FAILED", "CANCELLED": "CANCELLED"}
 
 #: The run columns :meth:`RunLifecycle._run_row` reads, in order (written out in each statement):
 #: r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION
@@ -396,11 +398,15 @@ class RunLifecycle:
 
     def finish_task(self, handle: AttemptHandle, status: str, counts: TaskCounts | None = None,
                     error: str | None = None) -> None:  # fmt: skip
-        """Close the attempt as SUCCESS, FAILED or CANCELLED and copy it to the task-run row (one transaction).
+        """Close the attempt as SUCCESS, FAILED, TIMED_OUT or CANCELLED and copy it to the task-run row.
+
+        Attempt and task run change in one transaction; a TIMED_OUT attempt leaves the task run FAILED.
 
         :raises StaleTransitionError: the attempt is no longer this try's live attempt (closed as LOST by a
             later try or by the finish task).
         """
+        if status not in TASK_RUN_STATUS:
+            raise ValueError(f"an attempt ends SUCCESS, FAILED, TIMED_OUT or CANCELLED, not {status!r}")
         values = (counts or TaskCounts()).values()
         message = None if error is None else clean_text(error)
         now_db = self._now()[1]
@@ -422,7 +428,7 @@ class RunLifecycle:
                 "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, "
                 "INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
                 "WHERE TASK_RUN_ID = ?",
-                (status, now_db, *values, message, handle.task_run_id),
+                (TASK_RUN_STATUS[status], now_db, *values, message, handle.task_run_id),
             )
 
     # -- finish ------------------------------------------------------------------------------------------

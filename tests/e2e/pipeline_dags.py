@@ -1,7 +1,7 @@
 """DAG files for the lifecycle end-to-end tests, written into the Airflow DAGs folder (dag.test() needs them there).
 
 Task behaviour is read at run time from ``$E2E_CONTROL`` (a JSON file), never at parse time:
-``{"flaky": "ok" | "fail_once" | "fail_always", "hold": "<path>"}``: ``hold`` makes ``prepare`` wait until
+``{"flaky": "ok" | "fail_once" | "fail_always" | "timeout_once" | "sigterm_once", "hold": "<path>"}``: ``hold`` makes ``prepare`` wait until
 that file exists (so a test can keep a DAG run open). ``prepare`` also writes what it saw in the Engine DB
 to ``$E2E_PROBE_DIR/<run_id>.json``.
 """
@@ -61,6 +61,13 @@ def prepare(**context):
 
 def flaky(**context):
     mode = control().get("flaky", "ok")
+    first_try = context["ti"].try_number == 1
+    if mode == "timeout_once" and first_try:
+        time.sleep(30)  # execution_timeout (3 s) stops it
+    if mode == "sigterm_once" and first_try:
+        import signal
+        os.kill(os.getpid(), signal.SIGTERM)  # what Airflow sends a task it kills; on_kill runs
+        raise RuntimeError("terminated")
     if mode == "fail_always":
         raise RuntimeError("flaky failed for good")
     if mode == "fail_once" and context["ti"].try_number == 1:
@@ -75,7 +82,7 @@ PIPELINE_DAG = _HEADER + '''
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=DEFAULTS) as dag:
     with etl_craft_pipeline("E2E_PIPE", claim_kwargs={"poke_interval": 1, "timeout": __CLAIM_TIMEOUT__}):
         p = EtlCraftPythonOperator(task_id="prepare", python_callable=prepare)
-        f = EtlCraftPythonOperator(task_id="flaky", python_callable=flaky)
+        f = EtlCraftPythonOperator(task_id="flaky", python_callable=flaky, execution_timeout=timedelta(seconds=3))
         load = recorded(PythonOperator)(task_id="load", python_callable=lambda: None,
                                         counts=lambda _: {"insert_count": 2})
 

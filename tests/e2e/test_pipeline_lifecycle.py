@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -141,6 +142,32 @@ def test_a_task_that_fails_for_good_fails_the_run_and_the_finish_task(pipeline: 
     assert tasks["ALERT"][0] == "SUCCESS"  # the alert ran, and its success does not save the run
     assert pipeline.attempts(run_id, "FLAKY") == [(1, "FAILED"), (2, "FAILED")]
     assert pipeline.ti(dag.dag_id, run.run_id, "e2e_pipe.finish") == ("failed", 1)
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_an_execution_timeout_records_a_timed_out_attempt(pipeline: Pipeline, request) -> None:
+    pipeline.set(flaky="timeout_once")
+    dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "timeout")))
+    assert dag.test().state == "success"
+    [(run_id, status, *_)] = pipeline.runs()
+    assert status == "SUCCESS"
+    assert pipeline.attempts(run_id, "FLAKY") == [(1, "TIMED_OUT"), (2, "SUCCESS")]
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_a_killed_task_records_its_attempt_cancelled_through_on_kill(pipeline: Pipeline, request) -> None:
+    pipeline.set(flaky="sigterm_once")
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "killed")))
+        assert dag.test().state == "success"
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # Airflow's task runner installed its handler in this process
+    [(run_id, status, *_)] = pipeline.runs()
+    assert status == "SUCCESS"
+    assert pipeline.attempts(run_id, "FLAKY") == [(1, "CANCELLED"), (2, "SUCCESS")]
+    (error,) = pipeline.rows("SELECT a.ERROR_MESSAGE FROM AUD_TASK_ATTEMPTS a WHERE a.STATUS = 'CANCELLED'")[0]
+    assert "on_kill" in error
 
 
 def test_clearing_an_ended_dag_run_reopens_the_same_engine_run(pipeline: Pipeline, request) -> None:

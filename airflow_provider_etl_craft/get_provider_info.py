@@ -51,8 +51,15 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "etl-craft",
-                "python-modules": ["airflow_provider_etl_craft.operators.init_db"],
+                "python-modules": [
+                    "airflow_provider_etl_craft.operators.init_db",
+                    "airflow_provider_etl_craft.operators.pipeline_run",
+                    "airflow_provider_etl_craft.operators.task_run",
+                ],
             }
+        ],
+        "task-decorators": [
+            {"name": "etl_craft", "class-name": "airflow_provider_etl_craft.decorators.etl_craft_task.etl_craft_task"}
         ],
         "connection-types": [
             {

@@ -61,13 +61,13 @@ def report(config: Path) -> str:
     parts = [f"Engine DB: {hook.engine.describe()}"]
     with closing(hook.get_conn()) as conn:
         for title, sql in (
-            ("AUD_PIPELINES_RUN_LOG", "SELECT PIPELINE_RUN_ID, PIPELINE_ID, STATUS, START_DATE, END_DATE, SLA_STATUS, RUN_DATE, RUN_KEY, TRIGGER_KIND, STARTED_BY_KIND, OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG ORDER BY PIPELINE_RUN_ID"),
+            ("AUD_PIPELINES_RUN_LOG", "SELECT PIPELINE_RUN_ID, STATUS, RUN_KEY, START_DATE, END_DATE, SLA_STATUS, TRIGGER_KIND, OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG ORDER BY PIPELINE_RUN_ID"),
             ("AUD_TASK_RUN_LOG", "SELECT tr.TASK_RUN_ID, tr.PIPELINE_RUN_ID, t.TASK_CODE, tr.STATUS, tr.ATTEMPT_COUNT, tr.SOURCE_COUNT, tr.INSERT_COUNT, tr.ROWS_WRITTEN, tr.TASK_LOG FROM AUD_TASK_RUN_LOG tr JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID ORDER BY tr.TASK_RUN_ID"),
             ("AUD_TASK_ATTEMPTS", "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, t.TASK_CODE, a.ATTEMPT_NUMBER, a.STATUS, a.STARTED_AT, a.ENDED_AT, a.HOST, a.PID, a.ROWS_WRITTEN FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID ORDER BY a.ATTEMPT_ID"),
         ):  # fmt: skip
             cur = conn.execute(sql)
             headers = [d[0] for d in cur.description]
-            parts.append(f"\n{title}\n" + format_table(headers, cur.fetchall(), max_width=28))
+            parts.append(f"\n{title}\n" + format_table(headers, cur.fetchall(), max_width=80))
         q = hook.engine.query
         counts = [(t, q(conn, f"SELECT COUNT(*) FROM {t}")[0][0]) for t in sorted(ENGINE_TABLES)]  # noqa: S608 - fixed names
         parts.append("\nrows per table\n" + format_table(["TABLE", "ROWS"], counts))

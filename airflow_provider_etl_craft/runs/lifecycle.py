@@ -496,8 +496,12 @@ class RunLifecycle:
                     continue  # active in CFG_TASKS but not part of this DAG
                 state = airflow_states[task_code]
                 status = "FAILED" if state == "failed" else "SKIPPED"
-                why = (f"failed in Airflow before it recorded an attempt (Airflow state: {state})" if status == "FAILED"
-                       else f"not run by Airflow (Airflow state: {state or 'none'})")  # fmt: skip
+                if status == "FAILED":
+                    why = "failed in Airflow before it recorded an attempt (Airflow state: failed)"
+                elif state == "success":
+                    why = "marked success in Airflow without running here (no attempt recorded)"
+                else:
+                    why = f"not run by Airflow (Airflow state: {state or 'none'})"
                 self._exec(
                     cur,
                     "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, END_DATE, STATUS, "

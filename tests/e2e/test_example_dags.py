@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -26,19 +28,33 @@ def test_every_example_dag_imports_without_errors() -> None:
     assert "example_etl_craft_init" in bag.dag_ids
 
 
-def test_demo_runs_the_example_dag_and_prints_the_engine_tables(tmp_path: Path) -> None:
+def test_demo_runs_the_example_pipeline_and_prints_the_aud_rows_it_wrote(tmp_path: Path) -> None:
     env = {**os.environ, "ETL_CRAFT_DEMO_DIR": str(tmp_path / "demo")}
     for key in ("AIRFLOW_HOME", "AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
         env.pop(key, None)
     done = subprocess.run([sys.executable, "-m", "airflow_provider_etl_craft.example_dags.demo"],
                           capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert "DAG example_etl_craft_init: success" in out
-    for table in ("CFG_PIPELINES               1", "CFG_TASKS                   4", "SCHEMA_MIGRATIONS           2"):
-        assert table in out
-    assert "DAILY_SALES" in out and "BUILD_SALES_MART" in out
-    assert (tmp_path / "demo" / "project" / "engine" / "etl-craft.db").is_file()
+    assert "DAG example_etl_craft_daily_sales: success" in out
+    runs = section(out, "AUD_PIPELINES_RUN_LOG")
+    assert len(runs) == 1 and " SUCCESS " in runs[0] and "airflow:example_etl_craft_daily_sales:" in runs[0]
+    tasks = {line.split()[2]: line.split()[3] for line in section(out, "AUD_TASK_RUN_LOG")}
+    assert tasks == {"EXTRACT_ORDERS": "SUCCESS", "LOAD_ORDERS": "SUCCESS", "BUILD_SALES_MART": "SUCCESS",
+                     "NOTIFY_FAILURE": "SKIPPED"}  # fmt: skip
+    attempts = [line.split() for line in section(out, "AUD_TASK_ATTEMPTS")]
+    assert sorted((a[2], a[3], a[4]) for a in attempts) == [
+        ("BUILD_SALES_MART", "1", "SUCCESS"), ("EXTRACT_ORDERS", "1", "SUCCESS"), ("LOAD_ORDERS", "1", "SUCCESS")]
+    assert (tmp_path / "demo" / "project" / "warehouse" / "warehouse.db").is_file()
+
+
+def section(out: str, title: str) -> list[str]:
+    """The data lines of one printed table (after its title, header and rule; up to the blank line)."""
+    lines = out.splitlines()
+    start = lines.index(title) + 3
+    end = next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i].strip())
+    return lines[start:end]
 
 
 def load_dag(dags_folder: Path, source: Path):  # noqa: ANN201 - a DAG
@@ -62,3 +78,25 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(engine: EngineSetup, a
     assert hook.get_records("SELECT COUNT(*) FROM CFG_TASKS") == [(4,)]
     assert dag.test().state == "success"  # a second run: nothing pending, nothing changed
     assert hook.get_records("SELECT COUNT(*) FROM SCHEMA_MIGRATIONS") == [(2,)]
+
+
+def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup, airflow_db: Path, tmp_path: Path,
+                                                             monkeypatch) -> None:  # fmt: skip
+    shutil.copytree(EXAMPLES / "project" / "migrations", engine.config_path.parent / "migrations")
+    engine.hook().migrate()
+    conn = {"conn_type": "etl_craft", "extra": {"config_path": str(engine.config_path)}}
+    monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_DEFAULT", json.dumps(conn))
+    warehouse = tmp_path / "warehouse.db"
+    monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE", json.dumps({"conn_type": "sqlite", "host": str(warehouse)}))
+    dag = load_dag(airflow_db / "dags", EXAMPLES / "example_etl_craft_daily_sales.py")
+    run = dag.test()
+    assert run.state == "success"
+    hook = engine.hook()
+    assert hook.get_records("SELECT STATUS FROM AUD_PIPELINES_RUN_LOG") == [("SUCCESS",)]
+    rows = dict(hook.get_records(
+        "SELECT t.TASK_CODE, tr.ROWS_WRITTEN FROM AUD_TASK_RUN_LOG tr JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID"))  # fmt: skip
+    with sqlite3.connect(warehouse) as db:
+        (orders,) = db.execute("SELECT COUNT(*) FROM orders").fetchone()
+        (mart,) = db.execute("SELECT COUNT(*) FROM sales_mart").fetchone()
+    assert rows == {"EXTRACT_ORDERS": orders, "LOAD_ORDERS": orders, "BUILD_SALES_MART": mart, "NOTIFY_FAILURE": None}
+    assert orders > 0 and mart == 3

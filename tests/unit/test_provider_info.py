@@ -45,3 +45,25 @@ def test_airflow_cli_discovers_the_provider(command: list[str], expected: str) -
     if "hooks" in command:
         (row,) = [r for r in rows if r.get("connection_type") == "etl_craft"]
         assert row["class"] == "airflow_provider_etl_craft.hooks.engine_db.EngineDBHook"
+
+
+def test_every_listed_module_imports_and_the_task_decorator_is_reachable_as_task_etl_craft() -> None:
+    import importlib
+
+    from airflow.sdk import DAG, task
+
+    info = get_provider_info()
+    for group in ("hooks", "operators"):
+        for entry in info[group]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
+    (decorator,) = info["task-decorators"]
+    with DAG("provider_info_decorator", schedule=None):
+
+        @task.etl_craft(pipeline_code="DAILY_SALES")
+        def load_orders() -> int:
+            return 1
+
+        operator = load_orders().operator
+    assert (operator.pipeline_code, operator.task_code) == ("DAILY_SALES", "LOAD_ORDERS")
+    assert decorator["name"] == "etl_craft"

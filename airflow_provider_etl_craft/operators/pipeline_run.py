@@ -78,7 +78,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         except AirflowSensorTimeout as exc:
             blocking = self._blocking.describe() if self._blocking else "another run"
             raise AirflowSensorTimeout(
-                f"[TIMEOUT] pipeline {self.pipeline_code}: {blocking} was still IN-PROGRESS after {self.timeout:.0f}s, "
+                f"pipeline {self.pipeline_code}: {blocking} was still IN-PROGRESS after {self.timeout:.0f}s, "
                 "so this DAG run could not claim its run; let that run finish (or close it), then clear this task"
             ) from exc
 

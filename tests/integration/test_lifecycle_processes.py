@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,90 +58,75 @@ def records(setup: EngineSetup, sql: str) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in setup.hook().get_records(sql)]
 
 
-# -- children (module level, so the spawn start method can import them) -------------------------------------
+# -- a pool of spawned worker processes ---------------------------------------------------------------------
+#
+# Importing Airflow (which EngineDBHook needs) takes seconds per process, so the workers are spawned once for
+# this module and then run one command at a time for each test and dialect. A command is a module-level
+# function; each builds its own hook from the test's craft-connector.yml and closes its connection at the end.
+
+WORKERS = 8
 
 
-def _child_hook(config: str, env: dict[str, str]) -> EngineDBHook:
-    os.environ.update(env)
-    return EngineDBHook.from_config(config)
-
-
-def start_same_try_child(config: str, env: dict[str, str], barrier: Any, results: Any, index: int) -> None:
-    """Open a connection, wait for every sibling, then start try 1 of EXTRACT: a duplicate delivery."""
-    from airflow_provider_etl_craft.errors import StaleTransitionError
-
-    try:
-        with _child_hook(config, env).lifecycle(lock_timeout=TIMEOUT) as lc:
-            barrier.wait(timeout=TIMEOUT)
-            try:
-                handle = lc.start_task("SALES", "EXTRACT", ident("dup"), 1)
-            except StaleTransitionError as exc:
-                results.put((index, "STALE", str(exc)))
-            else:
-                results.put((index, "OK", (handle.attempt_id, handle.attempt_number, os.getpid())))
-    except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on it
-        results.put((index, "ERROR", repr(exc)))
-
-
-def claim_race_child(config: str, env: dict[str, str], start: Any, go_on: Any, results: Any, index: int,
-                     runs_each: int) -> None:  # fmt: skip
-    """Phase 1: claim key ``first_<index>`` together with every sibling. Phase 2: claim, run and finish
-    ``runs_each`` runs of its own, retrying while BLOCKED."""
-    from airflow_provider_etl_craft.runs import TaskCounts
-
-    try:
-        with _child_hook(config, env).lifecycle(lock_timeout=TIMEOUT) as lc:
-            start.wait(timeout=TIMEOUT)
-            first = ident(f"first_{index}")
-            outcome = lc.claim("SALES", first)
-            blocking = outcome.blocking.pipeline_run_id if outcome.blocking else None
-            results.put((index, "FIRST", (outcome.action, outcome.pipeline_run_id, blocking)))
-            go_on.wait(timeout=TIMEOUT)  # the test inspects the Engine DB meanwhile
-            if outcome.action == "CREATED":
-                lc.finish_run("SALES", first, {})
-            deadline = time.monotonic() + TIMEOUT
-            for j in range(runs_each):
-                identity = ident(f"w{index}_r{j}")
-                while True:
-                    outcome = lc.claim("SALES", identity)
-                    if outcome.action != "BLOCKED":
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"still blocked by {outcome.blocking}")
-                    time.sleep(0.002 * (1 + index % 3))
-                assert outcome.action == "CREATED", outcome
-                live = lc.engine.query(lc.conn, "SELECT PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG "
-                                                "WHERE STATUS = 'IN-PROGRESS'")  # fmt: skip
-                handle = lc.start_task("SALES", "EXTRACT", identity, 1)
-                lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=index * 100 + j))
-                finished = lc.finish_run("SALES", identity, STATES)
-                results.put((index, "RUN", (identity.run_key, outcome.pipeline_run_id, [r[0] for r in live],
-                                            finished.status)))  # fmt: skip
-        results.put((index, "DONE", None))
-    except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on it
-        results.put((index, "ERROR", repr(exc)))
-
-
-def collect(results: Any, procs: list[Any], expected: int) -> list[tuple[int, str, Any]]:
-    got: list[tuple[int, str, Any]] = []
-    deadline = time.monotonic() + TIMEOUT
-    while len(got) < expected:
+def worker_main(index: int, inbox: Any, outbox: Any, together: Any, with_test: Any) -> None:
+    """Run commands ``(function, config, env, kwargs)`` until ``None``; report ERROR instead of dying."""
+    while True:
+        message = inbox.get()
+        if message is None:
+            return
+        function, config, env, kwargs = message
+        os.environ.update(env)
         try:
-            got.append(results.get(timeout=max(0.1, deadline - time.monotonic())))
-        except queue.Empty:
-            raise AssertionError(f"only {len(got)} of {expected} reports: {got}; "
-                                 f"exit codes {[p.exitcode for p in procs]}") from None  # fmt: skip
-        assert got[-1][1] != "ERROR", got[-1]
-    return got
+            function(EngineDBHook.from_config(config), index, together, with_test, outbox, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on it
+            outbox.put((index, "ERROR", repr(exc)))
 
 
-@pytest.fixture
-def processes() -> Iterator[list[Any]]:
-    """Started children, joined (or killed) at the end of the test."""
-    procs: list[Any] = []
-    yield procs
+@dataclass
+class Pool:
+    procs: list[Any]
+    inboxes: list[Any]
+    outbox: Any
+    #: All workers (the moment they act together) / all workers and the test (a checkpoint).
+    together: Any
+    with_test: Any
+
+    def run(self, function: Any, setup: EngineSetup, **kwargs: Any) -> None:
+        while True:  # reports a failed earlier test left behind
+            try:
+                self.outbox.get_nowait()
+            except queue.Empty:
+                break
+        self.together.reset()
+        self.with_test.reset()
+        for inbox in self.inboxes:
+            inbox.put((function, str(setup.config_path), setup.env, kwargs))
+
+    def collect(self, expected: int) -> list[tuple[int, str, Any]]:
+        got: list[tuple[int, str, Any]] = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < expected:
+            try:
+                got.append(self.outbox.get(timeout=max(0.1, deadline - time.monotonic())))
+            except queue.Empty:
+                raise AssertionError(f"only {len(got)} of {expected} reports: {got}; "
+                                     f"workers alive: {[p.is_alive() for p in self.procs]}") from None  # fmt: skip
+            assert got[-1][1] != "ERROR", got[-1]
+        return got
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[Pool]:
+    outbox, inboxes = SPAWN.Queue(), [SPAWN.Queue() for _ in range(WORKERS)]
+    together, with_test = SPAWN.Barrier(WORKERS), SPAWN.Barrier(WORKERS + 1)
+    procs = [SPAWN.Process(target=worker_main, args=(i, inboxes[i], outbox, together, with_test), daemon=True)
+             for i in range(WORKERS)]  # fmt: skip
     for proc in procs:
-        proc.join(timeout=TIMEOUT)
+        proc.start()
+    yield Pool(procs, inboxes, outbox, together, with_test)
+    for inbox in inboxes:
+        inbox.put(None)
+    for proc in procs:
+        proc.join(timeout=30)
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=10)
@@ -149,47 +135,83 @@ def processes() -> Iterator[list[Any]]:
 # -- (a) duplicate delivery ------------------------------------------------------------------------------
 
 
-def test_duplicate_delivery_of_one_try_opens_exactly_one_attempt(setup: EngineSetup, processes: list[Any]) -> None:
+def start_same_try(hook: EngineDBHook, index: int, together: Any, with_test: Any, outbox: Any) -> None:
+    """Open a connection, wait for every sibling, then start try 1 of EXTRACT: a duplicate delivery."""
+    from airflow_provider_etl_craft.errors import StaleTransitionError
+
+    with hook.lifecycle(lock_timeout=TIMEOUT) as lc:
+        together.wait(timeout=TIMEOUT)
+        try:
+            handle = lc.start_task("SALES", "EXTRACT", ident("dup"), 1)
+        except StaleTransitionError as exc:
+            outbox.put((index, "STALE", str(exc)))
+        else:
+            outbox.put((index, "OK", (handle.attempt_id, handle.attempt_number, os.getpid())))
+
+
+def test_duplicate_delivery_of_one_try_opens_exactly_one_attempt(setup: EngineSetup, pool: Pool) -> None:
     with setup.hook().lifecycle() as lc:
         run_id = lc.claim("SALES", ident("dup")).pipeline_run_id
-    n = 6
-    barrier, results = SPAWN.Barrier(n), SPAWN.Queue()
-    for i in range(n):
-        proc = SPAWN.Process(target=start_same_try_child, args=(str(setup.config_path), setup.env, barrier, results, i))
-        proc.start()
-        processes.append(proc)
-    reports = collect(results, processes, n)
+    pool.run(start_same_try, setup)
+    reports = pool.collect(WORKERS)
     ok = [r for r in reports if r[1] == "OK"]
     stale = [r for r in reports if r[1] == "STALE"]
-    assert len(ok) == 1 and len(stale) == n - 1, reports
+    assert len(ok) == 1 and len(stale) == WORKERS - 1, reports
     attempt_id, number, pid = ok[0][2]
-    assert number == 1
+    assert number == 1 and pid in {p.pid for p in pool.procs}
     assert all("second delivery" in r[2] for r in stale), stale
     rows = records(setup, "SELECT ATTEMPT_ID, ATTEMPT_NUMBER, STATUS, PID FROM AUD_TASK_ATTEMPTS")
     assert rows == [(attempt_id, 1, "RUNNING", pid)]
     rows = records(setup, "SELECT PIPELINE_RUN_ID, STATUS, ATTEMPT_COUNT FROM AUD_TASK_RUN_LOG")
     assert rows == [(run_id, "IN-PROGRESS", 1)]  # the losers' increments were rolled back
-    for proc in processes:
-        proc.join(timeout=TIMEOUT)
-        assert proc.exitcode == 0
 
 
 # -- (b) claim race -----------------------------------------------------------------------------------------
 
 
-def test_concurrent_claims_create_exactly_one_run_and_never_two_in_progress(
-    setup: EngineSetup, processes: list[Any]
-) -> None:
-    n, runs_each = 8, 3
-    start, go_on, results = SPAWN.Barrier(n), SPAWN.Barrier(n + 1), SPAWN.Queue()
-    for i in range(n):
-        proc = SPAWN.Process(target=claim_race_child, args=(str(setup.config_path), setup.env, start, go_on, results,
-                                                            i, runs_each))  # fmt: skip
-        proc.start()
-        processes.append(proc)
+def claim_and_run(hook: EngineDBHook, index: int, together: Any, with_test: Any, outbox: Any,
+                  runs_each: int) -> None:  # fmt: skip
+    """Phase 1: claim key ``first_<index>`` at the same moment as every sibling. Phase 2 (after the test's
+    checkpoint): claim, run and finish ``runs_each`` runs of its own, retrying while BLOCKED."""
+    from airflow_provider_etl_craft.runs import TaskCounts
 
-    # Phase 1: everyone claims a different key of SALES at once.
-    first = collect(results, processes, n)
+    with hook.lifecycle(lock_timeout=TIMEOUT) as lc:
+        together.wait(timeout=TIMEOUT)
+        first = ident(f"first_{index}")
+        outcome = lc.claim("SALES", first)
+        blocking = outcome.blocking.pipeline_run_id if outcome.blocking else None
+        outbox.put((index, "FIRST", (outcome.action, outcome.pipeline_run_id, blocking)))
+        with_test.wait(timeout=TIMEOUT)  # the test inspects the Engine DB meanwhile
+        if outcome.action == "CREATED":
+            lc.finish_run("SALES", first, {})
+        deadline = time.monotonic() + TIMEOUT
+        for j in range(runs_each):
+            identity = ident(f"w{index}_r{j}")
+            while True:
+                outcome = lc.claim("SALES", identity)
+                if outcome.action != "BLOCKED":
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"still blocked by {outcome.blocking}")
+                time.sleep(0.002 * (1 + index % 3))
+            assert outcome.action == "CREATED", outcome
+            live = lc.engine.query(lc.conn, "SELECT PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG "
+                                            "WHERE STATUS = 'IN-PROGRESS'")  # fmt: skip
+            handle = lc.start_task("SALES", "EXTRACT", identity, 1)
+            lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=index * 100 + j))
+            finished = lc.finish_run("SALES", identity, STATES)
+            outbox.put((index, "RUN", (identity.run_key, outcome.pipeline_run_id, [r[0] for r in live],
+                                       finished.status)))  # fmt: skip
+    with_test.wait(timeout=TIMEOUT)  # everyone is done
+    outbox.put((index, "DONE", None))
+
+
+def test_concurrent_claims_create_exactly_one_run_and_never_two_in_progress(setup: EngineSetup, pool: Pool) -> None:
+    n, runs_each = WORKERS, 3
+    pool.run(claim_and_run, setup, runs_each=runs_each)
+
+    # Phase 1: every worker claims a different key of SALES at once.
+    first = pool.collect(n)
     actions = sorted(r[2][0] for r in first)
     assert actions == ["BLOCKED"] * (n - 1) + ["CREATED"], first
     (created,) = [r for r in first if r[2][0] == "CREATED"]
@@ -198,20 +220,24 @@ def test_concurrent_claims_create_exactly_one_run_and_never_two_in_progress(
     rows = records(setup, "SELECT PIPELINE_RUN_ID, STATUS, RUN_KEY FROM AUD_PIPELINES_RUN_LOG")
     assert rows == [(created_id, "IN-PROGRESS", f"airflow:sales_dag:first_{winner}")]
 
-    # Phase 2: everyone claims, runs and finishes runs_each runs; watch the IN-PROGRESS count meanwhile.
-    go_on.wait(timeout=TIMEOUT)
+    # Phase 2: every worker claims, runs and finishes runs_each runs; the test watches the IN-PROGRESS count.
+    pool.with_test.wait(timeout=TIMEOUT)
     hook = setup.hook()
-    most, samples = 0, 0
+    most, samples, reports = 0, 0, []
     with closing(hook.get_conn()) as conn:
-        while any(p.is_alive() for p in processes):
-            (count,) = hook.engine.query(conn, "SELECT COUNT(*) FROM AUD_PIPELINES_RUN_LOG WHERE STATUS = 'IN-PROGRESS'")[0]
+        while len(reports) < n * runs_each:
+            sql = "SELECT COUNT(*) FROM AUD_PIPELINES_RUN_LOG WHERE STATUS = 'IN-PROGRESS'"
+            (count,) = hook.engine.query(conn, sql)[0]
             most, samples = max(most, count), samples + 1
-            time.sleep(0.002)
+            try:
+                reports.append(pool.outbox.get(timeout=0.002))
+            except queue.Empty:
+                pass
+            assert reports == [] or reports[-1][1] == "RUN", reports[-1]
     assert most <= 1 and samples > 0
-    reports = collect(results, processes, n * runs_each + n)
-    assert sorted(r[0] for r in reports if r[1] == "DONE") == list(range(n))
-    runs = [r[2] for r in reports if r[1] == "RUN"]
-    assert len(runs) == n * runs_each
+    pool.with_test.wait(timeout=TIMEOUT)
+    assert sorted(r[0] for r in pool.collect(n)) == list(range(n))
+    runs = [r[2] for r in reports]
     for key, run_id, live, status in runs:
         assert live == [run_id], (key, run_id, live)  # while it ran, it was the only IN-PROGRESS run
         assert status == "SUCCESS"
@@ -220,12 +246,9 @@ def test_concurrent_claims_create_exactly_one_run_and_never_two_in_progress(
     assert rows[0] == (f"airflow:sales_dag:first_{winner}", created_id, "SKIPPED")
     assert sorted(rows[1:]) == sorted((key, run_id, "SUCCESS") for key, run_id, _, _ in runs)
     assert len({r[0] for r in rows}) == len(rows) == n * runs_each + 1
-    tasks = records(setup, "SELECT COUNT(*), MIN(STATUS), MAX(STATUS), SUM(ROWS_WRITTEN) FROM AUD_TASK_RUN_LOG t "
+    tasks = records(setup, "SELECT COUNT(*), MIN(t.STATUS), MAX(t.STATUS), SUM(t.ROWS_WRITTEN) FROM AUD_TASK_RUN_LOG t "
                            "JOIN CFG_TASKS c ON c.TASK_ID = t.TASK_ID WHERE c.TASK_CODE = 'EXTRACT'")  # fmt: skip
     assert tasks == [(n * runs_each, "SUCCESS", "SUCCESS", sum(i * 100 + j for i in range(n) for j in range(runs_each)))]
-    for proc in processes:
-        proc.join(timeout=TIMEOUT)
-        assert proc.exitcode == 0
 
 
 # -- (c) a worker killed with SIGKILL ----------------------------------------------------------------------

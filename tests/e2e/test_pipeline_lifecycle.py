@@ -273,6 +273,24 @@ def test_two_dag_runs_at_once_the_second_claim_waits_without_a_worker_slot(pipel
     assert all(len(seen) == 1 for seen in probes)  # each DAG run saw only itself IN-PROGRESS
 
 
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_a_claim_that_waits_too_long_fails_naming_the_blocking_run(pipeline: Pipeline, request, capfd,
+                                                                   caplog) -> None:  # fmt: skip
+    # A run etl-craft itself started (not an Airflow key): the claim must wait for it, never close it.
+    pipeline.engine.hook().run(
+        "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, STATUS, RUN_KEY, TRIGGER_KIND) "
+        "SELECT PIPELINE_ID, '2026-01-01T00:00:00.000Z', 'IN-PROGRESS', 'etl-craft:manual:7', 'MANUAL' "
+        "FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'E2E_PIPE'")  # fmt: skip
+    dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "claim_timeout"), claim_timeout=3))
+    run = dag.test()
+    assert run.state == "failed"
+    assert pipeline.ti(dag.dag_id, run.run_id, "e2e_pipe.claim")[0] == "failed"
+    assert rescheduled(pipeline, dag.dag_id) >= 1
+    assert [r[1:3] for r in pipeline.runs()] == [("IN-PROGRESS", "etl-craft:manual:7")]
+    logged = capfd.readouterr().out + capfd.readouterr().err + caplog.text
+    assert "run 1 (etl-craft:manual:7, IN-PROGRESS since 2026-01-01 00:00:00Z) was still IN-PROGRESS" in logged
+
+
 def rescheduled(pipeline: Pipeline, dag: str) -> int:
     with sqlite3.connect(pipeline.airflow_db, timeout=30) as db:
         return db.execute(

@@ -224,8 +224,10 @@ def test_concurrent_claims_create_exactly_one_run_and_never_two_in_progress(setu
     pool.with_test.wait(timeout=TIMEOUT)
     hook = setup.hook()
     most, samples, reports = 0, 0, []
+    deadline = time.monotonic() + TIMEOUT
     with closing(hook.get_conn()) as conn:
         while len(reports) < n * runs_each:
+            assert time.monotonic() < deadline, f"only {len(reports)} runs reported: {reports}"
             sql = "SELECT COUNT(*) FROM AUD_PIPELINES_RUN_LOG WHERE STATUS = 'IN-PROGRESS'"
             (count,) = hook.engine.query(conn, sql)[0]
             most, samples = max(most, count), samples + 1

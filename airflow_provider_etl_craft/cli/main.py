@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Engine profile (default: Engine.Profile, Secrets.Profile, or the only one)")  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="etl-craft-airflow", parents=[common],
-        description="Administer an etl-craft Engine DB outside Airflow.",
+        description="Administer an etl-craft Engine DB and inspect its runs outside Airflow.",
         epilog="Exit status: 0 ok, 1 failure, 2 usage, 3 configuration, 4 metadata, 9 run state, "
                "12 Engine DB, 13 migration, 14 lock timeout, 20 stale transition.",
     )  # fmt: skip

@@ -194,7 +194,7 @@ def _sqlite_profile(common: dict[str, Any], settings: Mapping[str, Any], schema_
             f"{origin}: {', '.join(setting(k) for k in extra)} has no meaning for a SQLite Engine DB; remove it"
         )
     schema = schema_raw or "main"
-    if not SCHEMA_NAME.match(schema):
+    if not SCHEMA_NAME.fullmatch(schema):
         raise ConfigurationError(f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')")
     return EngineProfile(**common, schema=schema, auth_mode="none")
 
@@ -204,7 +204,7 @@ def _schema(raw: str | None, origin: str, setting: str) -> str:
         raise ConfigurationError(
             f"{origin}: {setting} is required for PostgreSQL: the existing schema that holds the Engine tables"
         )
-    if not SCHEMA_NAME.match(raw):
+    if not SCHEMA_NAME.fullmatch(raw):
         raise ConfigurationError(
             f"{origin}: {setting} must be a plain identifier (letters, digits, _; not starting with a digit; "
             "at most 63 characters)"

@@ -130,7 +130,7 @@ class Resolver:
         if not isinstance(raw, str | int | float) or isinstance(raw, bool):
             raise ConfigurationError(f"{self.origin}: {setting} must be a text value")
         text = str(raw)
-        if VARIABLE_NAME.match(text):
+        if VARIABLE_NAME.fullmatch(text):
             for name in (twin_name(text, self.profile), text):
                 found = self.source.get(name)
                 if found:
@@ -143,7 +143,7 @@ class Resolver:
         :raises ConfigurationError: a value that is not a variable name, an unset or an empty variable.
           Messages name the setting and the variable, never a value.
         """
-        if not isinstance(raw, str) or not VARIABLE_NAME.match(raw):
+        if not isinstance(raw, str) or not VARIABLE_NAME.fullmatch(raw):
             raise ConfigurationError(
                 f"{self.origin}: {setting} must be the NAME of a variable in the {self.source.kind} secrets "
                 f"source, not the secret itself; put the secret in a variable and write its name here"
@@ -160,7 +160,7 @@ class Resolver:
                 )
             _compat.mask_secret(found)
             return found
-        if not _CONVENTIONAL_NAME.match(raw):
+        if not _CONVENTIONAL_NAME.fullmatch(raw):
             raise ConfigurationError(
                 f"{self.origin}: {setting} names a variable that is not set in the {self.source.kind} secrets "
                 f"source (the name is not shown: it is not UPPER_CASE and may be a pasted secret); "
@@ -180,9 +180,9 @@ class Resolver:
         return f"(the value of variable {written})"
 
     def _shown(self, name: str) -> str:
-        return name if _CONVENTIONAL_NAME.match(name) else "(name not shown)"
+        return name if _CONVENTIONAL_NAME.fullmatch(name) else "(name not shown)"
 
     def _suggest(self, *names: str) -> str:
-        known = [n for n in self.source.names() if _CONVENTIONAL_NAME.match(n)]
+        known = [n for n in self.source.names() if _CONVENTIONAL_NAME.fullmatch(n)]
         close = sorted({m for n in names for m in difflib.get_close_matches(n, known, n=3, cutoff=0.8)})
         return f" (did you mean {', '.join(close)}?)" if close else ""

@@ -23,7 +23,7 @@ def pipeline_lock(pipeline_code: str) -> str:
 
 
 def check_lock_name(name: str) -> str:
-    if not LOCK_NAME.match(name):
+    if not LOCK_NAME.fullmatch(name):
         raise ValueError(f"lock name {name!r} must match {LOCK_NAME.pattern}")
     return name
 

@@ -35,6 +35,12 @@ class TaskCounts:
     delete_count: int | None = None
     rows_written: int | None = None
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                _count(f.name, value)
+
     @classmethod
     def from_result(cls, value: Any) -> TaskCounts:
         """Read counts from a task's return value (see the class docstring).
@@ -62,17 +68,22 @@ class TaskCounts:
         return astuple(self)
 
 
+#: The columns are 64-bit integers.
+MAX_COUNT = 2**63 - 1
+
+
 def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise TaskFailedError(
-            f"the task returned {name}={value!r}; counts must be non-negative integers "
+            f"the task returned {name}={value!r:.100}; counts must be non-negative integers below 2**63 "
             "(see TaskCounts for the shape a task may return)"
         )
     return value
 
 
 def clean_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """Make text storable anywhere: valid UTF-8, no NUL (PostgreSQL refuses it), at most ``limit`` characters."""
+    """Make text storable anywhere: valid UTF-8, no NUL (PostgreSQL refuses it), the first ``limit`` characters
+    (then a short marker saying how many were cut)."""
     text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\\0")
     if len(text) > limit:
         cut = len(text) - limit

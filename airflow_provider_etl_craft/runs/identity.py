@@ -63,7 +63,7 @@ class RunIdentity:
 
 def check_code(kind: str, code: str) -> str:
     """:raises ValueError: ``code`` is not a valid etl-craft code (checked at DAG parse time, no I/O)."""
-    if not isinstance(code, str) or not CODE_PATTERN.match(code):
+    if not isinstance(code, str) or not CODE_PATTERN.fullmatch(code):
         raise ValueError(
             f"{kind} {code!r} is not a valid etl-craft code: it must start with a letter and contain only "
             "letters, digits and underscores (at most 128 characters)"

@@ -212,7 +212,7 @@ class RunLifecycle:
         ).fetchone()  # fmt: skip
         return ClaimOutcome("CREATED", int(run_id))
 
-    def _reopen(self, cur: Any, run: RunRow, identity: RunIdentity, reason: str) -> None:
+    def _reopen(self, cur: Any, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None) -> None:
         updated = self._exec(
             cur,
             "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = 'IN-PROGRESS', END_DATE = NULL, ENDED_BY = NULL, "
@@ -222,7 +222,7 @@ class RunLifecycle:
         if updated != 1:
             raise StaleTransitionError(f"{run.describe()} changed while it was being reopened; a retry re-reads it")
         self._intervention(cur, run.pipeline_id, run.pipeline_run_id, "REOPEN", run.status, "IN-PROGRESS", reason,
-                           identity)  # fmt: skip
+                           identity, task_id)  # fmt: skip
 
     def close_abandoned(self, pipeline_code: str, pipeline_run_id: int, identity: RunIdentity, reason: str) -> bool:
         """Close an IN-PROGRESS run whose driver is gone as CANCELLED (CANCEL intervention; attempts LOST).
@@ -232,8 +232,9 @@ class RunLifecycle:
         with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn), \
                 self.engine.transaction(self.conn) as cur:  # fmt: skip
             row = self._exec(
-                cur, "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID = ?"
-                " FOR UPDATE", (pipeline_run_id,),
+                cur, "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r "
+                "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE r.PIPELINE_RUN_ID = ? AND p.PIPELINE_CODE = ?"
+                " FOR UPDATE", (pipeline_run_id, pipeline_code),
             ).fetchone()  # fmt: skip
             if row is None or row[2] != "IN-PROGRESS":
                 return False
@@ -284,29 +285,32 @@ class RunLifecycle:
                                               note, log_path)  # fmt: skip
             except self.engine.integrity_error() as exc:
                 taken = self._attempt_taken(pipeline_code, task_code, identity, attempt_number)
-                if taken is None or taken[0] in LIVE_ATTEMPT:
+                if taken is None or taken[0] in LIVE_ATTEMPT or taken[2]:
                     raise StaleTransitionError(
                         f"task {task_code} in {identity.run_key} already has a live attempt or a record of try "
                         f"{try_number}: a second delivery is refused ({_first_line(exc)})"
                     ) from None
-                # The number is taken by an ended attempt: Airflow restarted its try numbering (a DAG run
-                # deleted and created again under the same run id). Continue the task run's numbering.
+                # The number is taken by an ended attempt and nothing is live: Airflow restarted its try
+                # numbering (a DAG run deleted and created again under the same run id). Continue the task
+                # run's numbering. (With a later try live, this is a late duplicate: refused above.)
                 attempt_number = taken[1] + 1
                 note = f"Airflow try {try_number}; its try numbering restarted (the DAG run was created again)"
                 continue
             if isinstance(handle, AttemptHandle):
                 return handle
-            self._reopen_for_task(pipeline_code, handle, identity, task_code)
+            self._reopen_for_task(pipeline_code, *handle, identity, task_code)
         raise StaleTransitionError(f"{identity.run_key} changed while task {task_code} was starting; retry")
 
     def _attempt_taken(self, code: str, task_code: str, identity: RunIdentity,
-                       attempt_number: int) -> tuple[str, int] | None:  # fmt: skip
-        """Status of attempt ``attempt_number`` of the task in the keyed run, and the highest attempt number."""
+                       attempt_number: int) -> tuple[str, int, bool] | None:  # fmt: skip
+        """Attempt ``attempt_number`` of the task in the keyed run: its status, the highest attempt number,
+        and whether any attempt of the task run is live."""
         with self.engine.transaction(self.conn) as cur:
             row = self._exec(
                 cur,
                 "SELECT a.STATUS, (SELECT MAX(m.ATTEMPT_NUMBER) FROM AUD_TASK_ATTEMPTS m WHERE m.TASK_RUN_ID = "
-                "a.TASK_RUN_ID) FROM AUD_TASK_ATTEMPTS a "
+                "a.TASK_RUN_ID), (SELECT COUNT(*) FROM AUD_TASK_ATTEMPTS l WHERE l.TASK_RUN_ID = a.TASK_RUN_ID "
+                "AND l.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) FROM AUD_TASK_ATTEMPTS a "
                 "JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
                 "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
                 "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
@@ -314,10 +318,11 @@ class RunLifecycle:
                 "WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? AND r.RUN_KEY = ? AND a.ATTEMPT_NUMBER = ?",
                 (code, task_code, identity.run_key, attempt_number),
             ).fetchone()
-        return None if row is None else (row[0], int(row[1]))
+        return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)
 
     def _start_task(self, cur: Any, code: str, task_code: str, identity: RunIdentity, try_number: int,
-                    attempt_number: int, note: str | None, log_path: str | None) -> AttemptHandle | RunRow:  # fmt: skip
+                    attempt_number: int, note: str | None,
+                    log_path: str | None) -> AttemptHandle | tuple[RunRow, int]:  # fmt: skip
         row = self._exec(
             cur,
             "SELECT t.TASK_ID, r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM CFG_PIPELINES p "
@@ -330,7 +335,7 @@ class RunLifecycle:
             self._explain_missing(cur, code, task_code, identity)
         task_id, run = int(row[0]), self._run_row(row[1:])
         if run.status != "IN-PROGRESS":
-            return run
+            return run, task_id
         now_db = self._now()[1]
         self._exec(
             cur,
@@ -375,7 +380,7 @@ class RunLifecycle:
             "run for this DAG run; put ClaimPipelineRunOperator (or etl_craft_pipeline) upstream of this task"
         )
 
-    def _reopen_for_task(self, code: str, run: RunRow, identity: RunIdentity, task_code: str) -> None:
+    def _reopen_for_task(self, code: str, run: RunRow, task_id: int, identity: RunIdentity, task_code: str) -> None:
         with self.engine.lock(pipeline_lock(code), self.lock_timeout, conn=self.conn), \
                 self.engine.transaction(self.conn) as cur:  # fmt: skip
             busy = self._exec(
@@ -394,7 +399,8 @@ class RunLifecycle:
                 (run.pipeline_run_id,),
             ).fetchone()  # fmt: skip
             if current is not None and current[2] != "IN-PROGRESS":
-                self._reopen(cur, self._run_row(current), identity, f"task {task_code} ran again in Airflow (cleared)")
+                self._reopen(cur, self._run_row(current), identity, f"task {task_code} ran again in Airflow (cleared)",
+                             task_id)  # fmt: skip
 
     def finish_task(self, handle: AttemptHandle, status: str, counts: TaskCounts | None = None,
                     error: str | None = None) -> None:  # fmt: skip
@@ -521,7 +527,7 @@ class RunLifecycle:
         else:
             final = "SUCCESS"
         new_sla = None
-        if sla_status is None and sla_hours is not None and run.start_date is not None:
+        if run.repair_pending == "N" and sla_status is None and sla_hours is not None and run.start_date is not None:
             hours = (now - run.start_date).total_seconds() / 3600
             new_sla = "MET" if hours <= float(sla_hours) else "BREACHED"
         revision = run.output_revision + (1 if run.repair_pending == "Y" else 0)

@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
-from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError, TaskFailedError
+from airflow_provider_etl_craft.errors import (
+    LockTimeoutError,
+    MetadataError,
+    RunStateError,
+    StaleTransitionError,
+    TaskFailedError,
+)
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import AttemptHandle, RunIdentity, RunLifecycle, RunRow, TaskCounts
 from tests.conftest import EngineSetup
@@ -732,8 +738,6 @@ def test_quotes_and_sql_in_dag_and_run_ids_are_stored_verbatim(db: Db) -> None:
     assert db.aud_counts() == (1, 3, 1, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a count beyond BIGINT passes TaskCounts validation (counts.py _count) "
-                                       "and finish_task dies in the driver, leaving the attempt RUNNING")
 def test_a_count_beyond_64_bits_fails_the_task_cleanly(db: Db) -> None:
     identity = ident()
     db.lc.claim("SALES", identity)
@@ -743,3 +747,63 @@ def test_a_count_beyond_64_bits_fails_the_task_cleanly(db: Db) -> None:
             db.lc.finish_task(handle, "SUCCESS", TaskCounts.from_result({"rows_written": 2**63}))
     finally:
         print("attempt after the failed recording:", db.attempts(handle.task_run_id)[0]["STATUS"])
+
+
+def test_a_repair_finish_does_not_evaluate_an_sla_the_first_finish_did_not_have(db: Db) -> None:
+    identity = ident()
+    run_id = claim_and_finish(db, identity, "NO_SLA", {"ONLY": "success"})
+    assert db.run(run_id)["SLA_STATUS"] is None
+    db.execute("UPDATE CFG_PIPELINES SET SLA_IN_HOURS = ? WHERE PIPELINE_CODE = ?", 0.0000001, "NO_SLA")
+    assert db.lc.claim("NO_SLA", identity).action == "REOPENED"
+    time.sleep(0.01)
+    db.lc.finish_run("NO_SLA", identity, {"ONLY": "success"})
+    assert db.run(run_id)["SLA_STATUS"] is None
+
+
+def test_one_dag_run_drives_two_pipelines_with_the_same_run_key(db: Db) -> None:
+    identity = ident()
+    sales = db.lc.claim("SALES", identity).pipeline_run_id
+    other = db.lc.claim("NO_SLA", identity).pipeline_run_id
+    assert sales != other
+    a = db.lc.start_task("SALES", "EXTRACT", identity, 1)
+    b = db.lc.start_task("NO_SLA", "ONLY", identity, 1)
+    assert (a.pipeline_run_id, b.pipeline_run_id) == (sales, other)
+    db.lc.finish_task(b, "FAILED", error="x")
+    assert db.lc.finish_run("NO_SLA", identity, {"ONLY": "failed"}).status == "FAILED"
+    assert db.run(sales)["STATUS"] == "IN-PROGRESS"  # the other pipeline's run is untouched
+    db.lc.finish_task(a, "SUCCESS")
+    assert db.lc.finish_run("SALES", identity, ALL_SUCCESS).status == "SUCCESS"
+    assert {r["RUN_KEY"] for r in db.runs()} == {identity.run_key}
+
+
+def test_claim_and_finish_wait_for_the_pipeline_lock_and_time_out(db: Db) -> None:
+    identity = ident()
+    with db.hook.lifecycle(lock_timeout=0.3) as impatient:
+        with db.hook.lock("pipeline:SALES", timeout=5):
+            with pytest.raises(LockTimeoutError, match=r"lock 'pipeline:SALES'"):
+                impatient.claim("SALES", identity)
+            assert db.aud_counts() == (0, 0, 0, 0)
+            assert impatient.claim("NO_SLA", identity).action == "CREATED"  # other pipelines are not held up
+        assert impatient.claim("SALES", identity).action == "CREATED"
+        with db.hook.lock("pipeline:SALES", timeout=5):
+            with pytest.raises(LockTimeoutError):
+                impatient.finish_run("SALES", identity, ALL_SUCCESS)
+            # Task attempts take no pipeline lock: a running pipeline's tasks are not serialised.
+            impatient.finish_task(impatient.start_task("SALES", "EXTRACT", identity, 1), "SUCCESS")
+        assert db.run(db.scalar("SELECT MAX(PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG"))["STATUS"] == "IN-PROGRESS"
+        assert impatient.finish_run("SALES", identity, ALL_SUCCESS).status == "SUCCESS"
+
+
+def test_a_late_duplicate_of_an_ended_try_does_not_kill_the_live_later_try(db: Db) -> None:
+    identity = ident()
+    run_id = db.lc.claim("SALES", identity).pipeline_run_id
+    db.lc.finish_task(db.lc.start_task("SALES", "EXTRACT", identity, 1), "FAILED", error="boom")
+    second = db.lc.start_task("SALES", "EXTRACT", identity, 2)
+    try:
+        with pytest.raises(StaleTransitionError):
+            db.lc.start_task("SALES", "EXTRACT", identity, 1)  # a redelivered message of the failed try 1
+    finally:
+        attempts = db.attempts(second.task_run_id)
+        assert [(a["ATTEMPT_NUMBER"], a["STATUS"]) for a in attempts] == [(1, "FAILED"), (2, "RUNNING")]
+        assert db.task_run(run_id, "EXTRACT")["ATTEMPT_COUNT"] == 2
+    db.lc.finish_task(second, "SUCCESS")  # the live try still records its result

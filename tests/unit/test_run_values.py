@@ -88,8 +88,6 @@ def test_bad_count_values_fail_the_task_naming_the_key(value: Any, named: str) -
     assert TaskFailedError.exit_code == 1 and TaskFailedError.retryable
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a TaskCounts value is not validated: negative or non-int fields are "
-                                       "stored as they are (counts.py TaskCounts.from_result)")
 @pytest.mark.parametrize("bad", [{"rows_written": -3}, {"insert_count": "x"}, {"delete_count": True},
                                  {"update_count": 1.5}])  # fmt: skip
 def test_a_task_counts_value_with_bad_fields_is_refused_like_a_mapping(bad: dict[str, Any]) -> None:
@@ -97,8 +95,6 @@ def test_a_task_counts_value_with_bad_fields_is_refused_like_a_mapping(bad: dict
         TaskCounts.from_result(TaskCounts(**bad))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: counts above the 64-bit range the Engine columns hold (BIGINT) pass "
-                                       "validation and fail later in the driver (counts.py _count)")
 @pytest.mark.parametrize("value", [2**63, {"rows_written": 2**63}, {"insert_count": 2**64}])
 def test_counts_beyond_64_bits_are_refused(value: Any) -> None:
     with pytest.raises(TaskFailedError):
@@ -241,8 +237,6 @@ def test_check_code_refuses_invalid_codes_naming_the_argument(code: Any) -> None
         check_code("task_code", code)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: CODE_PATTERN ends in '$', which also matches before a trailing newline "
-                                       "(identity.py check_code; use fullmatch or \\Z)")
 @pytest.mark.parametrize("code", ["SALES\n", "A\n"])
 def test_check_code_refuses_a_trailing_newline(code: str) -> None:
     with pytest.raises(ValueError):

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from airflow_provider_etl_craft.auth.base import AuthMode
+from airflow_provider_etl_craft.auth.key_file import KeyFileAuth
+from airflow_provider_etl_craft.auth.oauth import OAuthAuth
 from airflow_provider_etl_craft.auth.password import PasswordAuth
+from airflow_provider_etl_craft.auth.sso import SsoAuth
+from airflow_provider_etl_craft.auth.sts import StsAuth
+from airflow_provider_etl_craft.auth.token import TokenAuth
 
-AUTH_MODES: dict[str, type[AuthMode]] = {mode.name: mode for mode in (PasswordAuth,)}
-#: Modes the specification names that this release does not implement yet.
-PLANNED_MODES = ("token", "key_file", "oauth", "sso", "sts")
+AUTH_MODES: dict[str, type[AuthMode]] = {
+    mode.name: mode for mode in (PasswordAuth, TokenAuth, KeyFileAuth, OAuthAuth, SsoAuth, StsAuth)
+}
 
-__all__ = ["AUTH_MODES", "PLANNED_MODES", "AuthMode"]
+__all__ = ["AUTH_MODES", "AuthMode"]

@@ -20,6 +20,8 @@ class AuthMode:
     secret_fields: ClassVar[tuple[str, ...]] = ()
     #: Fields that are file paths (resolved beside craft-connector.yml).
     path_fields: ClassVar[tuple[str, ...]] = ()
+    #: The driver that opens its connections: psycopg2, or psycopg (3) where libpq ≥ 18 is needed.
+    driver: ClassVar[str] = "psycopg2"
 
     @classmethod
     def fields(cls) -> tuple[str, ...]:

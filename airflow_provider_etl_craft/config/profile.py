@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_etl_craft.auth import AUTH_MODES, PLANNED_MODES, AuthMode
+from airflow_provider_etl_craft.auth import AUTH_MODES, AuthMode
 from airflow_provider_etl_craft.config.load import load_connector_file
 from airflow_provider_etl_craft.config.locate import locate_config
 from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, build_source
@@ -219,10 +219,6 @@ def _auth_mode(raw: str | None, shown: str, origin: str, setting: str) -> AuthMo
         )
     if raw in AUTH_MODES:
         return AUTH_MODES[raw]()
-    if raw in PLANNED_MODES:
-        raise ConfigurationError(
-            f"{origin}: {setting} {shown} is not available in this release; use one of {', '.join(sorted(AUTH_MODES))}"
-        )
     raise ConfigurationError(
-        f"{origin}: {setting} {shown} is not an auth mode; use one of {', '.join(sorted(AUTH_MODES) + list(PLANNED_MODES))}"
+        f"{origin}: {setting} {shown} is not an auth mode; use one of {', '.join(sorted(AUTH_MODES))}"
     )

@@ -58,21 +58,30 @@ def file_lock(db_path: Path, name: str, timeout: float | None) -> Iterator[None]
         lock.release()
 
 
+#: SQLSTATE of a lock wait that hit ``lock_timeout``.
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a psycopg2 (``pgcode``) or psycopg 3 (``sqlstate``) error."""
+    return getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None)
+
+
 @contextmanager
 def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> Iterator[None]:
     """Hold a session-level advisory lock on ``conn`` (autocommit); the server frees it if the session dies.
 
     ``lock_timeout`` bounds the wait server-side, so no polling loop is needed.
     """
-    import psycopg2.errors
-
     key = advisory_key(schema, name)
     millis = 0 if timeout is None else max(1, int(timeout * 1000))
     with conn.cursor() as cur:
         cur.execute("SELECT set_config('lock_timeout', %s, false)", (f"{millis}ms",))
         try:
             cur.execute("SELECT pg_advisory_lock(%s)", (key,))
-        except psycopg2.errors.LockNotAvailable:
+        except Exception as exc:
+            if _sqlstate(exc) != LOCK_NOT_AVAILABLE:
+                raise
             raise LockTimeoutError(
                 f"lock '{name}' (advisory key {key} for schema {schema}) was not acquired within {timeout:g}s; "
                 "another process holds it — wait for it to finish, or raise the lock timeout"

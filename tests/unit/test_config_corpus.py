@@ -367,8 +367,8 @@ CORPUS = [
     pytest.param(
         pg(auth_mode="oauth"),
         PG_ENV,
-        "Engine.prod.auth_mode 'oauth' is not available in this release",
-        id="auth-mode-not-yet-available",
+        "Engine.prod.client_id is required by auth_mode 'oauth'",
+        id="oauth-mode-client-id-missing",
     ),
     pytest.param(
         pg(user=None),

@@ -14,9 +14,11 @@ from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreacha
 
 DEFAULT_CONNECT_TIMEOUT = "10"
 DEFAULT_APPLICATION_NAME = "etl-craft-airflow"
-#: Driver messages that mean the login itself was refused: retrying cannot help.
-_LOGIN_REFUSED = ("authentication failed", "no pg_hba.conf entry", "certificate", "role", "does not exist",
-                  "permission denied", "password")  # fmt: skip
+#: Driver messages that mean the server did not answer, or could not take a session yet: a retry may help.
+#: Anything else (login refused, bad certificate or key, unknown database, …) is a configuration error.
+_TRANSIENT = ("could not connect", "connection refused", "timeout expired", "timed out", "could not translate host",
+              "no route to host", "network is unreachable", "server closed the connection", "starting up",
+              "shutting down", "too many connections", "remaining connection slots", "connection reset")  # fmt: skip
 
 
 class PostgresDialect(EngineDialect):
@@ -30,9 +32,26 @@ class PostgresDialect(EngineDialect):
         return None if value is None else value.astimezone(UTC)
 
     def integrity_error(self) -> type[Exception]:
-        import psycopg2
+        return self._driver_module().IntegrityError  # type: ignore[no-any-return]
 
-        return psycopg2.IntegrityError
+    def _driver_module(self) -> Any:
+        """psycopg2, or psycopg 3 for auth modes that need libpq ≥ 18 (sso); both speak DB-API with ``%s``."""
+        if self.profile.auth().driver != "psycopg":
+            import psycopg2
+
+            return psycopg2
+        from airflow_provider_etl_craft.auth.sso import check_libpq
+
+        setting = self.profile.setting("auth_mode")
+        try:
+            import psycopg
+        except ImportError:
+            raise ConfigurationError(
+                f"{self.profile.origin}: {setting} is '{self.profile.auth_mode}', which needs psycopg 3 with libpq 18 "
+                "or newer: pip install 'airflow-provider-etl-craft[sso]'"
+            ) from None
+        check_libpq(psycopg.pq.version(), f"{self.profile.origin}: {setting}", f"psycopg {psycopg.__version__}")
+        return psycopg
 
     @property
     def target(self) -> PostgresTarget:
@@ -57,11 +76,10 @@ class PostgresDialect(EngineDialect):
         return kwargs
 
     def connect(self) -> Any:
-        import psycopg2
-
+        driver = self._driver_module()
         try:
-            conn = psycopg2.connect(**self.connect_kwargs())
-        except psycopg2.OperationalError as exc:
+            conn = driver.connect(**self.connect_kwargs())
+        except driver.OperationalError as exc:
             raise self._connect_error(exc) from None
         conn.autocommit = True
         with conn.cursor() as cur:
@@ -80,12 +98,12 @@ class PostgresDialect(EngineDialect):
     def _connect_error(self, exc: Exception) -> Exception:
         detail = (str(exc).strip().splitlines() or ["no detail"])[0]
         where = f"{self.describe()} as {self.profile.user or 'the default role'} ({self.profile.describe()})"
-        if any(marker in detail.lower() for marker in _LOGIN_REFUSED) and "timeout" not in detail.lower():
-            return ConfigurationError(
-                f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and the secret"
+        if any(marker in detail.lower() for marker in _TRANSIENT):
+            return EngineUnreachableError(
+                f"cannot reach the Engine DB {where}: {detail}; check host, port and network (a retry may succeed)"
             )
-        return EngineUnreachableError(
-            f"cannot reach the Engine DB {where}: {detail}; check host, port and network (a retry may succeed)"
+        return ConfigurationError(
+            f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and its secret or files"
         )
 
     @contextmanager

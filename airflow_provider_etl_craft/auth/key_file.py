@@ -1,0 +1,42 @@
+"""``auth_mode: key_file``: TLS client-certificate login (``sslkey``, ``sslcert``, ``sslpassword``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_etl_craft.auth.base import AuthMode
+from airflow_provider_etl_craft.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.config.profile import EngineProfile
+
+
+class KeyFileAuth(AuthMode):
+    """The client key (and certificate) on disk, relative paths beside craft-connector.yml.
+
+    ``secret`` names the key's passphrase when the key is encrypted. The server's ``pg_hba.conf`` must
+    map the role to the ``cert`` method over ``hostssl``; libpq refuses keys readable by group or others.
+    """
+
+    name = "key_file"
+    required_fields = ("user", "key_file")
+    optional_fields = ("cert_file", "secret")
+    secret_fields = ("secret",)
+    path_fields = ("key_file", "cert_file")
+
+    def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"user": profile.user}
+        for field, param in (("key_file", "sslkey"), ("cert_file", "sslcert")):
+            path = profile.fields.get(field)
+            if path is None:
+                continue
+            if not Path(path).is_file():
+                raise ConfigurationError(
+                    f"{profile.origin}: {profile.setting(field)} is {path}, which is not a file; paths are "
+                    "relative to craft-connector.yml"
+                )
+            kwargs[param] = path
+        if profile.secrets.get("secret"):
+            kwargs["sslpassword"] = profile.secrets["secret"]
+        return kwargs

@@ -1,0 +1,119 @@
+"""``auth_mode: oauth``: an OAuth 2.0 client-credentials access token, fetched for each new connection."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from airflow_provider_etl_craft import _compat
+from airflow_provider_etl_craft.auth.base import AuthMode
+from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreachableError
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.config.profile import EngineProfile
+
+#: Seconds to wait for the token endpoint.
+TOKEN_TIMEOUT = 30.0
+
+
+class OAuthAuth(AuthMode):
+    """``token_url`` receives a form POST (``grant_type=client_credentials``, ``client_id``,
+    ``client_secret``, optional ``scope``); the ``access_token`` of its JSON answer is the password.
+
+    The endpoint must be ``https`` (plain ``http`` only on a loopback address, for local testing). Every
+    token is registered with Airflow's secret masker; no error message carries the client secret or a token.
+    """
+
+    name = "oauth"
+    required_fields = ("user", "client_id", "secret", "token_url")
+    optional_fields = ("scope",)
+    secret_fields = ("secret",)
+
+    def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
+        return {"user": profile.user, "password": fetch_token(profile)}
+
+
+def fetch_token(profile: EngineProfile) -> str:
+    """One client-credentials token request; the token is masked before it is returned.
+
+    :raises ConfigurationError: the endpoint refused, or its answer has no usable ``access_token``.
+    :raises EngineUnreachableError: the endpoint did not answer (a retry may succeed).
+    """
+    import httpx
+
+    url = profile.fields["token_url"]
+    where = f"{profile.origin}: {profile.setting('token_url')} ({_shown(url)})"
+    _check_url(url, where)
+    secret = profile.secrets["secret"]
+    form = {"grant_type": "client_credentials", "client_id": profile.fields["client_id"], "client_secret": secret}
+    if profile.fields.get("scope"):
+        form["scope"] = profile.fields["scope"]
+    try:
+        response = httpx.post(url, data=form, headers={"Accept": "application/json"}, timeout=TOKEN_TIMEOUT)
+    except httpx.HTTPError as exc:
+        raise EngineUnreachableError(
+            f"{where}: the token endpoint did not answer ({type(exc).__name__}); check token_url and the network "
+            "(a retry may succeed)"
+        ) from None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code != 200:
+        detail = _error_detail(body, secret)
+        raise ConfigurationError(
+            f"{where}: the token endpoint refused the client credentials: HTTP {response.status_code}{detail}; "
+            f"check {profile.setting('client_id')}, the client secret ({profile.setting('secret')}) and scope"
+        )
+    if not isinstance(body, dict):
+        kind = response.headers.get("content-type", "no content type")
+        raise ConfigurationError(f"{where}: the token endpoint answered HTTP 200 without a JSON object ({kind})")
+    token = body.get("access_token")
+    if not isinstance(token, str) or not token:
+        keys = ", ".join(sorted(str(k) for k in body)) or "none"
+        raise ConfigurationError(
+            f"{where}: the token endpoint's answer has no access_token (keys: {keys}); is token_url the token "
+            "endpoint of the identity provider?"
+        )
+    _compat.mask_secret(token)
+    return token
+
+
+def _check_url(url: str, where: str) -> None:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        raise ConfigurationError(f"{where}: put no credentials in token_url; the client secret comes from secret")
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):
+        return
+    raise ConfigurationError(
+        f"{where}: token_url must be an https:// URL (http:// only on a loopback address), since the client secret "
+        "is sent to it"
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _shown(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
+def _error_detail(body: Any, secret: str) -> str:
+    """The OAuth ``error``/``error_description`` of a refusal, without anything that echoes the secret."""
+    if not isinstance(body, dict):
+        return ""
+    parts = [str(body[k])[:200] for k in ("error", "error_description") if isinstance(body.get(k), str)]
+    text = ": ".join(parts)
+    if not text or (secret and secret in text):
+        return ""
+    return f" ({text})"

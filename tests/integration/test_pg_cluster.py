@@ -31,7 +31,7 @@ def _connect(cluster: PgCluster, user: str, **kwargs: Any) -> psycopg2.extension
 def test_cluster_metadata(pg_cluster: PgCluster) -> None:
     assert pg_cluster.host == "127.0.0.1"
     assert re.fullmatch(r"\d+(\.\d+)*", pg_cluster.version)
-    assert set(pg_cluster.passwords) == set(PASSWORD_ROLES)
+    assert set(pg_cluster.passwords) == {*PASSWORD_ROLES, "etl_sts"}
     assert pg_cluster.ca_cert == pg_cluster.certs_dir / "ca.crt"
     for key in (pg_cluster.client_key, pg_cluster.client_key_encrypted):
         assert stat.S_IMODE(key.stat().st_mode) == 0o600

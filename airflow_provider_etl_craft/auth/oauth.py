@@ -67,11 +67,11 @@ def fetch_token(profile: EngineProfile) -> str:
             f"check {profile.setting('client_id')}, the client secret ({profile.setting('secret')}) and scope"
         )
     if not isinstance(body, dict):
-        kind = response.headers.get("content-type", "no content type")
+        kind = _scrub(response.headers.get("content-type", "no content type").split(";")[0].strip()[:100], secret)
         raise ConfigurationError(f"{where}: the token endpoint answered HTTP 200 without a JSON object ({kind})")
     token = body.get("access_token")
     if not isinstance(token, str) or not token:
-        keys = ", ".join(sorted(str(k) for k in body)) or "none"
+        keys = ", ".join(sorted(_scrub(str(k)[:50], secret) for k in body)) or "none"
         raise ConfigurationError(
             f"{where}: the token endpoint's answer has no access_token (keys: {keys}); is token_url the token "
             "endpoint of the identity provider?"
@@ -106,6 +106,11 @@ def _loopback(host: str) -> bool:
 def _shown(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
+def _scrub(text: str, secret: str) -> str:
+    """Text from the endpoint's answer, withheld when it carries the client secret."""
+    return "(withheld: it contains the client secret)" if secret and secret in text else text
 
 
 def _error_detail(body: Any, secret: str) -> str:

@@ -304,11 +304,6 @@ def test_a_non_json_answer_is_a_clear_error(make_hook, endpoint) -> None:
     assert endpoint.client_secret not in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: auth/oauth.py fetch_token lists the answer's keys (no access_token) and repeats its Content-Type "
-    "(non-JSON) verbatim, so an endpoint that echoes the client secret there gets it into the error message",
-)
 @pytest.mark.parametrize("mode", ["no_token_echo", "html_echo"])
 def test_an_echoing_endpoint_cannot_smuggle_the_secret_into_other_errors(
     make_hook, endpoint, mode: str

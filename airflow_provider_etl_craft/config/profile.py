@@ -156,6 +156,12 @@ def build_profile(
             f"{origin}: {', '.join(setting(k) for k in unexpected)} not used by auth_mode '{mode.name}'; "
             f"remove it (auth_mode '{mode.name}' takes {', '.join(mode.fields())})"
         )
+    stray = sorted(k for k in (secret_values or {}) if k not in mode.secret_fields)
+    if stray:
+        raise ConfigurationError(
+            f"{origin}: auth_mode '{mode.name}' takes no stored secret, but a password is set; clear the password "
+            f"field (the mode's credentials come from {', '.join(mode.fields())})"
+        )
     secrets: dict[str, str] = {}
     fields: dict[str, str] = {}
     for key in mode.fields():

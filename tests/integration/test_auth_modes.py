@@ -244,6 +244,8 @@ def test_key_file_wrong_passphrase_fails_clearly_without_the_passphrase(
     message = str(info.value)
     assert type(info.value) is ConfigurationError and not info.value.retryable
     assert "could not load private key file" in message and str(pg_cluster.client_key_encrypted) in message
+    assert "client key or certificate" in message and f"Engine.{PROFILE}.secret" in message
+    assert "refused the login" not in message  # the server never saw a login: the client's own key failed
     assert WRONG_PASSPHRASE not in message and pg_cluster.client_key_passphrase not in message
 
 
@@ -297,6 +299,7 @@ def test_key_file_world_readable_key_is_refused_as_configuration(
         hook.get_conn()
     assert type(info.value) is ConfigurationError and not info.value.retryable
     assert "group or world access" in str(info.value) and str(key) in str(info.value)
+    assert "chmod 600" in str(info.value) and f"Engine.{PROFILE}.key_file" in str(info.value)
 
 
 def test_key_file_inline_connection_with_passphrase_in_the_password_field(
@@ -347,6 +350,15 @@ def _sso_hook(shape: str, cluster: PgCluster, database: str, tmp_path: Path,
                              client_id=CLIENT_ID)  # fmt: skip
     return _inline_hook(monkeypatch, "etl_auth_sso", cluster, database, SSO_ROLE, None, "sso",
                         issuer=ISSUER, client_id=CLIENT_ID)  # fmt: skip
+
+
+def test_sso_inline_connection_with_a_password_is_refused(pg_cluster: PgCluster, monkeypatch) -> None:
+    hook = _inline_hook(monkeypatch, "etl_auth_sso_pw", pg_cluster, "postgres", SSO_ROLE, "stray-Pw-9Tq", "sso",
+                        issuer=ISSUER, client_id=CLIENT_ID)  # fmt: skip
+    with pytest.raises(ConfigurationError) as info:
+        hook.get_conn()
+    message = str(info.value)
+    assert "takes no stored secret" in message and "etl_auth_sso_pw" in message and "stray-Pw-9Tq" not in message
 
 
 @pytest.mark.parametrize("shape", SHAPES)

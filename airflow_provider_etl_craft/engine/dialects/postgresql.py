@@ -19,6 +19,8 @@ DEFAULT_APPLICATION_NAME = "etl-craft-airflow"
 _TRANSIENT = ("could not connect", "connection refused", "timeout expired", "timed out", "could not translate host",
               "no route to host", "network is unreachable", "server closed the connection", "starting up",
               "shutting down", "too many connections", "remaining connection slots", "connection reset")  # fmt: skip
+#: libpq messages about the client's own key or certificate (key_file mode), not the server's answer.
+_CLIENT_KEY = ("private key", "bad decrypt", "group or world access", "client certificate", "certificate file")
 
 
 class PostgresDialect(EngineDialect):
@@ -101,6 +103,12 @@ class PostgresDialect(EngineDialect):
         if any(marker in detail.lower() for marker in _TRANSIENT):
             return EngineUnreachableError(
                 f"cannot reach the Engine DB {where}: {detail}; check host, port and network (a retry may succeed)"
+            )
+        if any(marker in detail.lower() for marker in _CLIENT_KEY):
+            fields = ", ".join(self.profile.setting(f) for f in ("key_file", "cert_file", "secret"))
+            return ConfigurationError(
+                f"the client key or certificate for {where} could not be used: {detail}; check {fields} (the "
+                "passphrase), and that the key file is readable by this user only (chmod 600)"
             )
         return ConfigurationError(
             f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and its secret or files"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -199,6 +200,22 @@ def _table(columns: Sequence[tuple[str, str]], items: list[dict[str, Any]]) -> s
     return format_table([header for header, _ in columns], rows, max_width=None, widths=CELL_WIDTHS)
 
 
+def _pause(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    """Open a pause: claims skip their DAG runs, running runs start no new task, until resume."""
+    with hook.lifecycle() as lifecycle:
+        pause_id = lifecycle.pause(args.pipeline, args.reason, args.by)
+    print(f"pipeline {args.pipeline} paused by {args.by} (pause {pause_id}): {args.reason}", file=out)
+    return 0
+
+
+def _resume(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    with hook.lifecycle() as lifecycle:
+        pause = lifecycle.resume(args.pipeline, args.reason, args.by)
+    print(f"pipeline {args.pipeline} resumed by {args.by} (pause {pause.pause_id} by {pause.paused_by}, "
+          f"reason: {pause.reason or 'none given'})", file=out)  # fmt: skip
+    return 0
+
+
 COMMANDS: dict[str, tuple[Command, str]] = {
     "init-db": (_init_db, "create the Engine tables (safe to repeat: an up-to-date Engine DB is left alone)"),
     "migrate": (_migrate, "init-db if needed, then apply packaged and project migrations in file-name order"),
@@ -206,7 +223,11 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "status": (_status, "show a pipeline, its open pause, and its running (else latest) run with task runs "
                         "and attempts"),
     "history": (_history, "show a pipeline's most recent runs, newest first, with task runs and attempts"),
+    "pause": (_pause, "pause a pipeline: its DAG runs' claims skip, running runs start no new task"),
+    "resume": (_resume, "end a pipeline's pause"),
 }
+#: Commands that change a pipeline's pause: --pipeline, --reason, --by.
+PAUSES = ("pause", "resume")
 #: Read-only commands: no lock, so no --lock-timeout; --pipeline and --format instead.
 RUN_VIEWS = ("status", "history")
 DEFAULT_HISTORY_LIMIT = 20
@@ -231,6 +252,13 @@ def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
                          help=f"how many runs to show, newest first (default {DEFAULT_HISTORY_LIMIT})")  # fmt: skip
 
 
+def _default_actor() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
@@ -249,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
         if name in RUN_VIEWS:
             _add_view_arguments(cmd, name)
+            continue
+        if name in PAUSES:
+            cmd.add_argument("--pipeline", required=True, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES")
+            cmd.add_argument("--reason", required=True, help="why (stored in AUD_PIPELINE_PAUSES)")
+            cmd.add_argument("--by", default=_default_actor(), metavar="NAME",
+                             help="who (default: the login name; stored with kind HUMAN)")  # fmt: skip
             continue
         cmd.add_argument("--lock-timeout", type=float, default=300.0, metavar="SECONDS",
                          help="how long to wait for the migrate lock (default 300)")  # fmt: skip

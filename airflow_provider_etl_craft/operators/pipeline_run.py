@@ -71,11 +71,17 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         self.check_task_codes = check_task_codes
         self.close_abandoned = close_abandoned
         self._blocking: RunRow | None = None
+        self._waiting: str | None = None
 
     def execute(self, context: Any) -> Any:
         try:
             return super().execute(context)
         except AirflowSensorTimeout as exc:
+            if self._waiting:
+                raise AirflowSensorTimeout(
+                    f"{self._waiting}; still IN-PROGRESS after {self.timeout:.0f}s, so this DAG run could not claim "
+                    "its run; let that upstream run finish (or close it), then clear this task"
+                ) from exc
             blocking = self._blocking.describe() if self._blocking else "another run"
             raise AirflowSensorTimeout(
                 f"pipeline {self.pipeline_code}: {blocking} was still IN-PROGRESS after {self.timeout:.0f}s, "
@@ -93,13 +99,21 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
+                if outcome.action == "SKIPPED":
+                    self.log.info("etl-craft: run %s of pipeline %s recorded SKIPPED: %s", outcome.pipeline_run_id,
+                                  self.pipeline_code, outcome.reason)  # fmt: skip
+                    raise AirflowSkipException(f"pipeline {self.pipeline_code} skipped: {outcome.reason}")
+                if outcome.action == "WAITING":
+                    self._waiting = outcome.reason
+                    self.log.info("etl-craft: %s", outcome.reason)
+                    return PokeReturnValue(is_done=False)
                 if outcome.action != "BLOCKED":
-                    self._blocking = None
+                    self._blocking = self._waiting = None
                     self.log.info("etl-craft: %s run %d of pipeline %s (%s)", outcome.action.lower(),
                                   outcome.pipeline_run_id, self.pipeline_code, identity.run_key)  # fmt: skip
                     return PokeReturnValue(is_done=True, xcom_value=outcome.pipeline_run_id)
                 assert outcome.blocking is not None
-                self._blocking = outcome.blocking
+                self._blocking, self._waiting = outcome.blocking, None
                 if not self._close_if_abandoned(context, lifecycle, identity, outcome.blocking):
                     self.log.info("etl-craft: waiting for %s of pipeline %s", outcome.blocking.describe(),
                                   self.pipeline_code)  # fmt: skip

@@ -12,22 +12,29 @@ The Engine DB connection is not held while the work runs: start and finish each 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from airflow.providers.common.compat.sdk import BaseOperator
+from airflow.providers.common.compat.sdk import AirflowSkipException, BaseOperator
 from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk.exceptions import AirflowRescheduleException
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.operators import _airflow_view
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs.counts import TaskCounts
+from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT, AttemptHandle
 
 OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
 CountsFunc = Callable[[Any], Any]
+#: How long a task waits for an IN-PROGRESS upstream (or a pause) before it fails, and how often it looks.
+DEFAULT_GATE_TIMEOUT = timedelta(hours=6)
+DEFAULT_GATE_POKE_INTERVAL = timedelta(seconds=60)
 
 
 class RecordedTaskMixin:
@@ -41,6 +48,13 @@ class RecordedTaskMixin:
     :param counts: turns the operator's return value into counts (anything :meth:`TaskCounts.from_result`
         accepts); default: the return value itself is read as counts.
     :param etl_craft_lock_timeout: seconds to wait for the pipeline lock when a cleared task reopens its run.
+    :param etl_craft_gate_timeout: how long the task may wait for an IN-PROGRESS upstream or a paused
+        pipeline before it fails (the wait is a reschedule: no worker slot is held meanwhile).
+    :param etl_craft_gate_poke_interval: how long each reschedule waits before the gate is judged again.
+
+    Before the work runs, the task's dependencies and run condition are judged (SPEC §10): unsatisfied
+    → the task run is recorded SKIPPED and the task skips; an upstream still IN-PROGRESS, or a paused
+    pipeline → the task reschedules itself.
     """
 
     #: Marks tasks the claim and finish operators count as the pipeline's tasks.
@@ -49,7 +63,10 @@ class RecordedTaskMixin:
     def __init__(self, *, pipeline_code: str | None = None, task_code: str | None = None,
                  etl_craft_conn_id: str | None = None, etl_craft_profile: str | None = None,
                  counts: CountsFunc | None = None,
-                 etl_craft_lock_timeout: float = DEFAULT_LOCK_TIMEOUT, **kwargs: Any) -> None:  # fmt: skip
+                 etl_craft_lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 etl_craft_gate_timeout: timedelta | float = DEFAULT_GATE_TIMEOUT,
+                 etl_craft_gate_poke_interval: timedelta | float = DEFAULT_GATE_POKE_INTERVAL,
+                 **kwargs: Any) -> None:  # fmt: skip
         raw_task_id = kwargs.get("task_id")  # before a task group prefixes it
         code = task_code if task_code is not None else (str(raw_task_id).upper() if raw_task_id else None)
         code = check_code("task_code", code) if code is not None else None
@@ -62,6 +79,8 @@ class RecordedTaskMixin:
         self.etl_craft_profile = etl_craft_profile
         self.etl_craft_counts = counts
         self.etl_craft_lock_timeout = etl_craft_lock_timeout
+        self.etl_craft_gate_timeout = _seconds(etl_craft_gate_timeout)
+        self.etl_craft_gate_poke_interval = _seconds(etl_craft_gate_poke_interval)
         self._etl_craft_attempt: AttemptHandle | None = None
         self._etl_craft_killed = False
 
@@ -78,8 +97,15 @@ class RecordedTaskMixin:
         identity = RunIdentity.from_context(context)
         ti = context["ti"]
         hook = self._etl_craft_hook()
-        with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
-            handle = lifecycle.start_task(self.pipeline_code, self.task_code, identity, int(ti.try_number))
+        try:
+            with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+                handle = lifecycle.start_task(self.pipeline_code, self.task_code, identity, int(ti.try_number),
+                                              upstream_states=self._etl_craft_upstream_states(context))  # fmt: skip
+        except GateSkipped as skipped:
+            self.log.info("etl-craft: %s", skipped.reason)  # type: ignore[attr-defined]
+            raise AirflowSkipException(skipped.reason) from None
+        except GateWaiting as waiting:
+            self._etl_craft_wait(context, waiting.reason)
         self._etl_craft_attempt = handle
         self.log.info("etl-craft: %s attempt %d (ATTEMPT_ID %d) in pipeline run %d", self.task_code,  # type: ignore[attr-defined]
                       handle.attempt_number, handle.attempt_id, handle.pipeline_run_id)  # fmt: skip
@@ -95,6 +121,31 @@ class RecordedTaskMixin:
             self._record_end(hook, handle, "SUCCESS", counts=counts)
         self.log.info("etl-craft: %s SUCCESS %s", self.task_code, _format_counts(counts))  # type: ignore[attr-defined]
         return result
+
+    def _etl_craft_upstream_states(self, context: Any) -> Callable[[Sequence[str]], Mapping[str, str | None]]:
+        """Airflow's state of same-pipeline upstream tasks (by task code) in this DAG run."""
+
+        def states(codes: Sequence[str]) -> Mapping[str, str | None]:
+            task_ids = pipeline_tasks(self.dag, self.pipeline_code or "")  # type: ignore[attr-defined]
+            wanted = {code: task_ids[code] for code in codes if code in task_ids}
+            found = _airflow_view.task_states(context, wanted.values())
+            return {code: found.get(task_id) for code, task_id in wanted.items()}
+
+        return states
+
+    def _etl_craft_wait(self, context: Any, reason: str) -> None:
+        """Reschedule (no worker slot held) until the gate timeout, then fail naming what was waited for."""
+        now = datetime.now(UTC)
+        first = context["ti"].get_first_reschedule_date(context) or now
+        waited = (now - first).total_seconds()
+        if waited >= self.etl_craft_gate_timeout:
+            raise _compat.fail_exception()(
+                f"[GATE_TIMEOUT] {reason}; still not decided after {waited:.0f}s (etl_craft_gate_timeout="
+                f"{self.etl_craft_gate_timeout:.0f}s): let the upstream run end (or resume the pipeline), then clear "
+                "this task"
+            )
+        self.log.info("etl-craft: %s; looking again in %.0fs", reason, self.etl_craft_gate_poke_interval)  # type: ignore[attr-defined]
+        raise AirflowRescheduleException(now + timedelta(seconds=self.etl_craft_gate_poke_interval))
 
     def _record_end(self, hook: EngineDBHook, handle: AttemptHandle, status: str, counts: TaskCounts | None = None,
                     error: str | None = None, quiet: bool = False) -> None:  # fmt: skip
@@ -116,6 +167,10 @@ class RecordedTaskMixin:
             self._record_end(self._etl_craft_hook(), handle, "CANCELLED",
                              error="cancelled: Airflow killed the task (on_kill)", quiet=True)  # fmt: skip
         super().on_kill()  # type: ignore[misc]
+
+
+def _seconds(value: timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 def _end_status(exc: BaseException) -> str:

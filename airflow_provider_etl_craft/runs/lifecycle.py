@@ -20,6 +20,17 @@ from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import TaskCounts, clean_text
+from airflow_provider_etl_craft.runs.gates import (
+    SATISFIED,
+    UNSATISFIED,
+    WAIT,
+    Edge,
+    Gates,
+    GateSkipped,
+    GateWaiting,
+    Observed,
+    UpstreamStates,
+)
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 
 #: Seconds to wait for the ``pipeline:<code>`` lock before a retryable LOCK_TIMEOUT.
@@ -55,11 +66,33 @@ class RunRow:
 
 @dataclass(frozen=True)
 class ClaimOutcome:
-    """``action`` is CREATED, RESUMED (retry of the claim), REOPENED (a cleared DAG run) or BLOCKED."""
+    """What a claim did.
+
+    ``action``: CREATED, RESUMED (retry of the claim), REOPENED (a cleared DAG run), BLOCKED (another run of
+    the pipeline is IN-PROGRESS: ``blocking``), WAITING (a pipeline dependency's upstream is IN-PROGRESS;
+    nothing written) or SKIPPED (the pipeline is paused, or its dependencies are not satisfied: the run
+    is recorded SKIPPED). ``reason`` explains WAITING and SKIPPED.
+    """
 
     action: str
     pipeline_run_id: int | None = None
     blocking: RunRow | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Pause:
+    """An open ``AUD_PIPELINE_PAUSES`` row."""
+
+    pause_id: int
+    paused_at: datetime | None
+    paused_by: str | None
+    paused_by_kind: str | None
+    reason: str | None
+
+    def describe(self, code: str) -> str:
+        since = f" since {self.paused_at:%Y-%m-%d %H:%M:%S}Z" if self.paused_at else ""
+        return f"pipeline {code} is paused by {self.paused_by or 'someone'}{since}: {self.reason or 'no reason given'}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +105,8 @@ class AttemptHandle:
     attempt_number: int
     owner_id: str
     task_code: str
+    #: Whether a success consumes upstream runs (SATISFIED cross-pipeline task-dependency decisions).
+    consumes: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,6 +132,7 @@ class RunLifecycle:
         self.engine = engine
         self.conn = conn
         self.lock_timeout = lock_timeout
+        self.gates = Gates(engine)
 
     # -- helpers ---------------------------------------------------------------------------------------
 
@@ -196,21 +232,95 @@ class RunLifecycle:
         blocking = next((r for r in rows if r.status == "IN-PROGRESS"), None)
         if blocking is not None:
             return ClaimOutcome("BLOCKED", blocking=blocking)
+        pause = self._open_pause(cur, pipeline_id)
+        if pause is not None:
+            reason = pause.describe(code)
+            if mine is not None:  # a cleared DAG run of an ended run: left as it is while paused
+                return ClaimOutcome("SKIPPED", mine.pipeline_run_id, reason=reason)
+            run_id = self._insert_run(cur, pipeline_id, identity, "SKIPPED", (pause.paused_by, pause.paused_by_kind))
+            return ClaimOutcome("SKIPPED", run_id, reason=reason)
         if mine is not None:
             self._reopen(cur, mine, identity, f"Airflow DAG run {identity.run_id} of {identity.dag_id} ran again "
                          "(cleared)")  # fmt: skip
             return ClaimOutcome("REOPENED", mine.pipeline_run_id)
+        edges = self.gates.pipeline_edges(cur, pipeline_id)
+        if not edges:
+            return ClaimOutcome("CREATED", self._insert_run(cur, pipeline_id, identity, "IN-PROGRESS"))
+        verdict = self.gates.judge(edges, lambda edge: self.gates.observe_latest(cur, edge))
+        if verdict.result == WAIT:
+            return ClaimOutcome("WAITING", reason=f"pipeline {code}: {verdict.reason}")
+        status = "IN-PROGRESS" if verdict.result == SATISFIED else "SKIPPED"
+        run_id = self._insert_run(cur, pipeline_id, identity, status, (identity.actor, identity.actor_kind))
+        self.gates.record(cur, verdict, run_id, None, self._now()[1])
+        return ClaimOutcome("CREATED" if status == "IN-PROGRESS" else "SKIPPED", run_id,
+                            reason=f"pipeline {code}: {verdict.reason}")  # fmt: skip
+
+    def _insert_run(self, cur: Any, pipeline_id: int, identity: RunIdentity, status: str,
+                    ended_by: tuple[str | None, str | None] | None = None) -> int:  # fmt: skip
+        """Insert the keyed run IN-PROGRESS, or already ended (SKIPPED) with ``ended_by`` (actor, kind)."""
         now_db = self._now()[1]
         run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
+        end, by, kind = (now_db, *ended_by) if status != "IN-PROGRESS" and ended_by else (None, None, None)
         (run_id,) = self._exec(
             cur,
-            "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, STATUS, RUN_DATE, BACKFILL, RUN_KEY, "
-            "TRIGGER_KIND, OWNER_ID, STARTED_BY, STARTED_BY_KIND) "
-            "VALUES (?, ?, 'IN-PROGRESS', ?, ?, ?, 'ORCHESTRATOR', ?, ?, ?) RETURNING PIPELINE_RUN_ID",
-            (pipeline_id, now_db, run_date, "Y" if identity.backfill else "N", identity.run_key, identity.run_key,
-             identity.actor, identity.actor_kind),
+            "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, END_DATE, STATUS, RUN_DATE, BACKFILL, "
+            "RUN_KEY, TRIGGER_KIND, OWNER_ID, STARTED_BY, STARTED_BY_KIND, ENDED_BY, ENDED_BY_KIND) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 'ORCHESTRATOR', ?, ?, ?, ?, ?) RETURNING PIPELINE_RUN_ID",
+            (pipeline_id, now_db, end, status, run_date, "Y" if identity.backfill else "N", identity.run_key,
+             identity.run_key, identity.actor, identity.actor_kind, by, kind),
         ).fetchone()  # fmt: skip
-        return ClaimOutcome("CREATED", int(run_id))
+        return int(run_id)
+
+    def _open_pause(self, cur: Any, pipeline_id: int) -> Pause | None:
+        row = self._exec(
+            cur, "SELECT PIPELINE_PAUSE_ID, PAUSED_AT, PAUSED_BY, PAUSED_BY_KIND, REASON FROM AUD_PIPELINE_PAUSES "
+            "WHERE PIPELINE_ID = ? AND RESUMED_AT IS NULL", (pipeline_id,),
+        ).fetchone()  # fmt: skip
+        return None if row is None else Pause(int(row[0]), self.engine.from_db_time(row[1]), *row[2:])
+
+    # -- pauses ------------------------------------------------------------------------------------------
+
+    def pause(self, pipeline_code: str, reason: str, by: str, by_kind: str = "HUMAN") -> int:
+        """Open a pause of the pipeline (``AUD_PIPELINE_PAUSES``); returns its id.
+
+        While it is open, claims skip their DAG runs and running runs start no new task.
+
+        :raises MetadataError: the pipeline is not active.
+        :raises RunStateError: the pipeline is paused already (one open pause per pipeline).
+        """
+        with self.engine.transaction(self.conn) as cur:
+            pipeline_id, _ = self._active_pipeline(cur, pipeline_code)
+            current = self._open_pause(cur, pipeline_id)
+            if current is not None:
+                raise RunStateError(f"{current.describe(pipeline_code)}; resume it first (etl-craft-airflow resume)")
+            try:
+                (pause_id,) = self._exec(
+                    cur, "INSERT INTO AUD_PIPELINE_PAUSES (PIPELINE_ID, PAUSED_AT, PAUSED_BY, PAUSED_BY_KIND, REASON) "
+                    "VALUES (?, ?, ?, ?, ?) RETURNING PIPELINE_PAUSE_ID",
+                    (pipeline_id, self._now()[1], clean_text(by), by_kind, clean_text(reason)),
+                ).fetchone()  # fmt: skip
+            except self.engine.integrity_error() as exc:
+                raise self._conflict(exc, f"pausing {pipeline_code}") from None
+        return int(pause_id)
+
+    def resume(self, pipeline_code: str, reason: str, by: str, by_kind: str = "HUMAN") -> Pause:
+        """Close the pipeline's open pause; returns it.
+
+        :raises RunStateError: the pipeline is not paused.
+        """
+        with self.engine.transaction(self.conn) as cur:
+            pipeline_id, _ = self._active_pipeline(cur, pipeline_code)
+            current = self._open_pause(cur, pipeline_id)
+            if current is None:
+                raise RunStateError(f"pipeline {pipeline_code} is not paused; nothing to resume")
+            updated = self._exec(
+                cur, "UPDATE AUD_PIPELINE_PAUSES SET RESUMED_AT = ?, RESUMED_BY = ?, RESUMED_BY_KIND = ?, "
+                "RESUME_REASON = ? WHERE PIPELINE_PAUSE_ID = ? AND RESUMED_AT IS NULL",
+                (self._now()[1], clean_text(by), by_kind, clean_text(reason), current.pause_id),
+            ).rowcount  # fmt: skip
+            if updated != 1:
+                raise StaleTransitionError(f"pause {current.pause_id} of {pipeline_code} changed; retry")
+        return current
 
     def _reopen(self, cur: Any, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None) -> None:
         updated = self._exec(
@@ -266,13 +376,19 @@ class RunLifecycle:
     # -- task attempts -----------------------------------------------------------------------------------
 
     def start_task(self, pipeline_code: str, task_code: str, identity: RunIdentity, try_number: int,
-                   log_path: str | None = None) -> AttemptHandle:  # fmt: skip
+                   log_path: str | None = None, upstream_states: UpstreamStates | None = None) -> AttemptHandle:  # fmt: skip
         """Open attempt ``try_number`` of ``task_code`` in the keyed run (one transaction).
 
         Finds or creates the task's single ``AUD_TASK_RUN_LOG`` row; a live attempt of an earlier try
         (its worker died, Airflow moved on) is closed LOST first; a second live attempt of the same try
-        is refused. A run that already ended (a task cleared in Airflow) is reopened first.
+        is refused. A run that already ended (a task cleared in Airflow) is reopened first. The task's
+        dependencies and run condition are judged first (SPEC §10).
 
+        :param upstream_states: Airflow's state of same-pipeline upstream tasks, by task code, for those
+            that have no row in the run yet (without it such an upstream is waited for).
+        :raises GateWaiting: the pipeline is paused, or an upstream is still IN-PROGRESS (nothing written).
+        :raises GateSkipped: the dependencies are not satisfied: the attempt was recorded CANCELLED and the
+            task run SKIPPED, with the decisions.
         :raises MetadataError: the pipeline or task is not active.
         :raises RunStateError: no run with this key (the claim did not run).
         :raises StaleTransitionError: this try already has an attempt (a duplicate delivery).
@@ -282,7 +398,7 @@ class RunLifecycle:
             try:
                 with self.engine.transaction(self.conn) as cur:
                     handle = self._start_task(cur, pipeline_code, task_code, identity, try_number, attempt_number,
-                                              note, log_path)  # fmt: skip
+                                              note, log_path, upstream_states)  # fmt: skip
             except self.engine.integrity_error() as exc:
                 taken = self._attempt_taken(pipeline_code, task_code, identity, attempt_number)
                 if taken is None or taken[0] in LIVE_ATTEMPT or taken[2]:
@@ -296,6 +412,8 @@ class RunLifecycle:
                 attempt_number = taken[1] + 1
                 note = f"Airflow try {try_number}; its try numbering restarted (the DAG run was created again)"
                 continue
+            if isinstance(handle, GateSkipped):
+                raise handle
             if isinstance(handle, AttemptHandle):
                 return handle
             self._reopen_for_task(pipeline_code, *handle, identity, task_code)
@@ -321,21 +439,38 @@ class RunLifecycle:
         return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)
 
     def _start_task(self, cur: Any, code: str, task_code: str, identity: RunIdentity, try_number: int,
-                    attempt_number: int, note: str | None,
-                    log_path: str | None) -> AttemptHandle | tuple[RunRow, int]:  # fmt: skip
+                    attempt_number: int, note: str | None, log_path: str | None,
+                    upstream_states: UpstreamStates | None) -> AttemptHandle | GateSkipped | tuple[RunRow, int]:  # fmt: skip
         row = self._exec(
             cur,
-            "SELECT t.TASK_ID, r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM CFG_PIPELINES p "
+            "SELECT t.TASK_ID, r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION, "
+            "t.RUN_CONDITION, t.RUN_CONDITION_COUNT, (SELECT COUNT(*) FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = "
+            "t.TASK_ID AND d.ACTIVE_FLAG = 'Y'), (SELECT COUNT(*) FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = "
+            "p.PIPELINE_ID AND pp.RESUMED_AT IS NULL) FROM CFG_PIPELINES p "
             "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
             "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
             "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' FOR SHARE",
             (task_code, identity.run_key, code),
-        ).fetchone()
+        ).fetchone()  # fmt: skip
         if row is None:
             self._explain_missing(cur, code, task_code, identity)
-        task_id, run = int(row[0]), self._run_row(row[1:])
+        task_id, run = int(row[0]), self._run_row(row[1:9])
+        condition, condition_count, n_edges, paused = row[9], row[10], int(row[11]), int(row[12])
         if run.status != "IN-PROGRESS":
             return run, task_id
+        if paused:
+            pause = self._open_pause(cur, run.pipeline_id)
+            if pause is not None:
+                raise GateWaiting(f"task {task_code} does not start: {pause.describe(code)}")
+        verdict = None
+        if n_edges:
+            verdict = self.gates.judge(
+                self.gates.task_edges(cur, run.pipeline_id, task_id),
+                lambda edge: self._observe_task_edge(cur, edge, run.pipeline_run_id, upstream_states),
+                condition, None if condition_count is None else int(condition_count),
+            )  # fmt: skip
+            if verdict.result == WAIT:
+                raise GateWaiting(f"task {task_code}: {verdict.reason}")
         now_db = self._now()[1]
         self._exec(
             cur,
@@ -354,15 +489,35 @@ class RunLifecycle:
             (task_id, run.pipeline_run_id, now_db),
         ).fetchone()  # fmt: skip
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        skip = None if verdict is None or verdict.result != UNSATISFIED else f"skipped: {verdict.reason}"
         (attempt_id,) = self._exec(
             cur,
             "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, "
-            "HEARTBEAT_AT, HOST, PID, LOG_PATH, TASK_LOG, REQUESTED_BY, REQUESTED_BY_KIND) "
-            "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ATTEMPT_ID",
-            (task_run_id, attempt_number, owner, now_db, now_db, now_db, socket.gethostname(), os.getpid(), log_path,
-             note, identity.actor, identity.actor_kind),
+            "HEARTBEAT_AT, ENDED_AT, HOST, PID, LOG_PATH, TASK_LOG, ERROR_MESSAGE, REQUESTED_BY, REQUESTED_BY_KIND) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ATTEMPT_ID",
+            (task_run_id, attempt_number, "CANCELLED" if skip else "RUNNING", owner, now_db, now_db, now_db,
+             now_db if skip else None, socket.gethostname(), os.getpid(), log_path, note, clean_text(skip) if skip
+             else None, identity.actor, identity.actor_kind),
         ).fetchone()  # fmt: skip
-        return AttemptHandle(run.pipeline_run_id, int(task_run_id), int(attempt_id), attempt_number, owner, task_code)
+        if verdict is not None:
+            self.gates.record(cur, verdict, run.pipeline_run_id, int(attempt_id), now_db)
+        if skip:
+            self._exec(
+                cur, "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'SKIPPED', END_DATE = ?, TASK_LOG = ? WHERE TASK_RUN_ID = ?",
+                (now_db, clean_text(skip), task_run_id),
+            )  # fmt: skip
+            return GateSkipped(f"task {task_code} {skip}")
+        consumes = verdict is not None and any(
+            v.result == SATISFIED and not v.edge.same_pipeline for v in verdict.decided
+        )
+        return AttemptHandle(run.pipeline_run_id, int(task_run_id), int(attempt_id), attempt_number, owner, task_code,
+                             consumes)  # fmt: skip
+
+    def _observe_task_edge(self, cur: Any, edge: Edge, pipeline_run_id: int,
+                           upstream_states: UpstreamStates | None) -> Observed:  # fmt: skip
+        if edge.same_pipeline:
+            return self.gates.observe_same_run(cur, edge, pipeline_run_id, upstream_states)
+        return self.gates.observe_latest(cur, edge)
 
     def _explain_missing(self, cur: Any, code: str, task_code: str, identity: RunIdentity) -> None:
         pipeline_id, _ = self._active_pipeline(cur, code)
@@ -436,6 +591,8 @@ class RunLifecycle:
                 "WHERE TASK_RUN_ID = ?",
                 (TASK_RUN_STATUS[status], now_db, *values, message, handle.task_run_id),
             )
+            if status == "SUCCESS" and handle.consumes:
+                self.gates.consume_attempt(cur, handle.attempt_id, now_db)
 
     # -- finish ------------------------------------------------------------------------------------------
 
@@ -538,6 +695,8 @@ class RunLifecycle:
             "WHERE PIPELINE_RUN_ID = ?",
             (final, now_db, identity.actor, identity.actor_kind, new_sla, revision, run.pipeline_run_id),
         )
+        if final == "SUCCESS":
+            self.gates.consume_run(cur, run.pipeline_run_id, now_db)
         return FinishOutcome(run.pipeline_run_id, final, skipped=tuple(sorted(skipped)),
                              lost=tuple(sorted(lost_codes)), failed=tuple(sorted(failed)),
                              sla_status=sla_status or new_sla)  # fmt: skip

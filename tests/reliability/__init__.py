@@ -1,0 +1,1 @@
+"""Reliability tests: the run lifecycle under load and faults, with real OS processes."""

@@ -1,0 +1,211 @@
+"""What the reliability tests' spawned worker processes run (imported in the children, referenced by the tests).
+
+A worker is a real OS process started with the ``spawn`` method: it shares nothing with the test process but
+the craft-connector.yml path and the environment it is sent. Every command is a module-level function
+``command(hook, report, **kwargs)``: ``hook`` is a fresh ``EngineDBHook.from_config(...)`` built in the worker,
+as an Airflow worker on another machine would build it, and ``report(kind, payload)`` sends a message to the
+test. A command that raises is reported as ``ERROR`` with its traceback; the worker then waits for the next.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_etl_craft.errors import EtlCraftError, LockTimeoutError, StaleTransitionError
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
+
+Report = Callable[[str, Any], None]
+#: How long a worker waits at a barrier before it gives up (the test fails on the BrokenBarrierError).
+BARRIER_TIMEOUT = 120.0
+
+
+def worker_main(index: int, inbox: Any, outbox: Any) -> None:
+    """Announce readiness, then run ``(token, function, config, env, kwargs)`` commands until ``None``."""
+    outbox.put((None, index, "READY", os.getpid()))
+    while True:
+        message = inbox.get()
+        if message is None:
+            return
+        token, function, config, env, kwargs = message
+
+        def report(kind: str, payload: Any, token: str = token) -> None:
+            outbox.put((token, index, kind, payload))
+
+        os.environ.update(env)
+        try:
+            function(EngineDBHook.from_config(config), report, index=index, **kwargs)
+        except BaseException:  # noqa: BLE001 - everything is reported; the test fails on it
+            report("ERROR", traceback.format_exc())
+        else:
+            report("DONE", None)
+
+
+def _count_in_progress(lc: Any, pipeline_code: str) -> list[int]:
+    rows = lc.engine.query(
+        lc.conn,
+        "SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
+        "WHERE p.PIPELINE_CODE = ? AND r.STATUS = 'IN-PROGRESS'",
+        (pipeline_code,),
+    )
+    return [int(r[0]) for r in rows]
+
+
+# -- 1. claim race ------------------------------------------------------------------------------------------
+
+
+def claim_race(hook: EngineDBHook, report: Report, *, index: int, pipeline: str, task: str, rounds: int,
+               lock_timeout: float, deadline_s: float, start: Any) -> None:  # fmt: skip
+    """Claim ``rounds`` runs of ``pipeline`` with keys of our own, retrying while BLOCKED or refused; run each
+    one's task and finish it. Reports ``RUN`` per run, then ``TALLY`` with every claim outcome seen."""
+    rng = random.Random(index)
+    tally: Counter[str] = Counter()
+    refusals: list[str] = []
+    with hook.lifecycle(lock_timeout=lock_timeout) as lc:
+        start.wait(timeout=BARRIER_TIMEOUT)  # every worker and the test: go
+        deadline = time.monotonic() + deadline_s
+        for j in range(rounds):
+            identity = RunIdentity("race_dag", f"w{index:02d}_r{j}")
+            blocked = refused = 0
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{identity.run_key} not claimed after {deadline_s}s: {dict(tally)}")
+                try:
+                    outcome = lc.claim(pipeline, identity)
+                except (LockTimeoutError, StaleTransitionError) as exc:
+                    tally[f"REFUSED:{type(exc).__name__}"] += 1
+                    refusals.append(f"{type(exc).__name__}: {exc}"[:300])
+                    refused += 1
+                    time.sleep(rng.uniform(0.005, 0.03))
+                    continue
+                tally[outcome.action] += 1
+                if outcome.action == "BLOCKED":
+                    blocked += 1
+                    time.sleep(rng.uniform(0.002, 0.02))
+                    continue
+                break
+            if outcome.action != "CREATED":  # RESUMED / REOPENED / anything new: nobody reuses our keys
+                report("UNEXPECTED", (identity.run_key, outcome.action, outcome.pipeline_run_id))
+                continue
+            live = _count_in_progress(lc, pipeline)
+            handle = lc.start_task(pipeline, task, identity, 1)
+            lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=index * 1000 + j))
+            while True:
+                try:
+                    finished = lc.finish_run(pipeline, identity, {task: "success"})
+                    break
+                except LockTimeoutError as exc:  # a retried finish task; the run stays IN-PROGRESS meanwhile
+                    tally["FINISH_REFUSED:LockTimeoutError"] += 1
+                    refusals.append(f"finish: {exc}"[:300])
+                    if time.monotonic() > deadline:
+                        raise
+            report("RUN", {"run_key": identity.run_key, "run_id": outcome.pipeline_run_id, "live": live,
+                           "status": finished.status, "blocked": blocked, "refused": refused,
+                           "rows_written": index * 1000 + j})  # fmt: skip
+    report("TALLY", {"tally": dict(tally), "refusals": refusals[:20]})
+
+
+# -- 2. duplicate delivery ----------------------------------------------------------------------------------
+
+
+def start_same_try(hook: EngineDBHook, report: Report, *, index: int, pipeline: str, task: str, run_id: str,
+                   try_number: int, together: Any) -> None:  # fmt: skip
+    """Open a connection, meet the sibling at the barrier, then start the same try of the same task."""
+    with hook.lifecycle(lock_timeout=30) as lc:
+        together.wait(timeout=BARRIER_TIMEOUT)
+        try:
+            handle = lc.start_task(pipeline, task, RunIdentity("dup_dag", run_id), try_number)
+        except StaleTransitionError as exc:
+            report("STALE", str(exc))
+        else:
+            report("OK", handle)
+
+
+# -- 5. SQLite writers (soak) -------------------------------------------------------------------------------
+
+
+def soak_writer(hook: EngineDBHook, report: Report, *, index: int, mode: str, seconds: float, start: Any,
+                shared_pipeline: str, shared_run_id: str, tasks_per_worker: int, own_pipeline: str,
+                own_tasks: list[str]) -> None:  # fmt: skip
+    """Write task records for ``seconds``; count every write that returned, and every exception seen.
+
+    ``mode="tries"``: start/finish ever higher tries of our own task codes in one shared IN-PROGRESS run.
+    ``mode="runs"``: claim, run and finish runs of our own pipeline (one task fails its first try each run).
+    Reports ``RESULT`` with the counts and ``errors`` (every exception, as text).
+    """
+    errors: list[str] = []
+    opened = 0
+    ended: Counter[str] = Counter()
+    rows_written = 0
+    tries: Counter[str] = Counter()  # task code → attempts opened in the shared run
+    runs: Counter[str] = Counter()  # claim actions and finish statuses of our own pipeline's runs
+
+    def attempt(lc: Any, pipeline: str, code: str, identity: RunIdentity, try_number: int, fail: bool) -> bool:
+        """One try: start it, then end it FAILED or SUCCESS; False when a write raised (reported)."""
+        nonlocal opened, rows_written
+        try:
+            handle = lc.start_task(pipeline, code, identity, try_number)
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            errors.append(f"start_task {code} try {try_number}: {type(exc).__name__}: {exc}")
+            return False
+        opened += 1
+        tries[code] += 1
+        status = "FAILED" if fail else "SUCCESS"
+        written = 0 if fail else try_number + index
+        try:
+            lc.finish_task(handle, status, TaskCounts(rows_written=written),
+                           error=f"soak failure {index}/{code}/{try_number}" if fail else None)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            errors.append(f"finish_task {code} try {try_number}: {type(exc).__name__}: {exc}")
+            return False
+        ended[status] += 1
+        rows_written += written
+        return True
+
+    with hook.lifecycle(lock_timeout=60) as lc:
+        start.wait(timeout=BARRIER_TIMEOUT)
+        deadline = time.monotonic() + seconds
+        n = 0
+        if mode == "tries":
+            shared = RunIdentity("soak_dag", shared_run_id)
+            codes = [f"T{index}_{k}" for k in range(tasks_per_worker)]
+            while time.monotonic() < deadline:
+                try_number = n // len(codes) + 1
+                attempt(lc, shared_pipeline, codes[n % len(codes)], shared, try_number, fail=try_number % 3 == 0)
+                n += 1
+        else:
+            while time.monotonic() < deadline:
+                identity = RunIdentity("soak_dag", f"own_{index}_{n}")
+                n += 1
+                try:
+                    outcome = lc.claim(own_pipeline, identity)
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    errors.append(f"claim {identity.run_key}: {type(exc).__name__}: {exc}")
+                    continue
+                runs[outcome.action] += 1
+                if outcome.action != "CREATED":
+                    errors.append(f"claim {identity.run_key}: unexpected {outcome.action}")
+                    continue
+                for k, code in enumerate(own_tasks):
+                    first_fails = k == n % len(own_tasks)
+                    if attempt(lc, own_pipeline, code, identity, 1, fail=first_fails) and first_fails:
+                        attempt(lc, own_pipeline, code, identity, 2, fail=False)
+                try:
+                    finished = lc.finish_run(own_pipeline, identity, dict.fromkeys(own_tasks, "success"))
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    errors.append(f"finish_run {identity.run_key}: {type(exc).__name__}: {exc}")
+                    continue
+                runs[f"FINISHED:{finished.status}"] += 1
+    report("RESULT", {"mode": mode, "errors": errors, "opened": opened, "ended": dict(ended),
+                      "rows_written": rows_written, "tries": dict(tries), "runs": dict(runs)})  # fmt: skip
+
+
+def fail_on_purpose(hook: EngineDBHook, report: Report, *, index: int) -> None:
+    """A command that raises: the pool must report it as ERROR and stay usable."""
+    raise EtlCraftError(f"worker {index} fails on purpose")

@@ -29,6 +29,11 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff check airflow_provider_etl_craft tests
 	$(BIN)/python -m pytest -q
 
+# Bookkeeping cost, contention and Airflow overhead; prints a table, writes bench/results.json.
+# Extra options: make bench BENCH_ARGS="--quick" (see python -m bench --help).
+bench: $(VENV)/.installed-dev
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check airflow_provider_etl_craft tests
 	$(BIN)/ruff format --check airflow_provider_etl_craft tests

@@ -25,7 +25,6 @@ from typing import Any
 
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-
 from bench.counting import CONNECT_OP, RoundTripCounter, instrument
 
 OPERATIONS = ("claim", "start_task", "finish_task", "finish_run")
@@ -110,7 +109,8 @@ def _counts(counter: RoundTripCounter, runs: int, n_tasks: int) -> dict[str, Any
         "operations": ops,
         "connect": {"connections": counter.calls[CONNECT_OP], "per_connection": connect,
                     "sent_per_connection": counter.statements_per_call(CONNECT_OP),
-                    "connect_ms": _ms(counter.connect_seconds) if counter.connect_seconds else None},  # fmt: skip
+                    "connect_ms": _ms(counter.connect_seconds) if counter.connect_seconds else None,
+                    "close_ms": _ms(counter.close_seconds) if counter.close_seconds else None},  # fmt: skip
         "per_run": per_run,
         "per_run_total": sum(per_run.values()),
         "per_run_statements": sum(counter.statements(op) for op in (*OPERATIONS, CONNECT_OP)) / runs,

@@ -9,12 +9,15 @@ for the same fixed window:
   the worker's OWN pipeline (``BENCH_Cnn``, seeded before): claim, then start and finish each of its
   tasks, then finish_run. Only runs that ended inside the window count; one still open at the end is
   finished afterwards (uncounted), so the next round can claim.
+  Their statements are counted by the same proxies as in part 1 (:mod:`bench.counting`).
 * ``baseline``: on one connection from the same dialect (same TLS session, same server), loop the simplest
   transaction that writes one row: ``INSERT INTO bench_baseline (…) VALUES (…) RETURNING id`` in
   autocommit, one transaction each.
 
 A pipeline run is ``2 + 2 × tasks`` lifecycle transactions (claim, a start and a finish per task,
-finish_run), which is what the ratio to the baseline's transactions per second compares.
+finish_run), which is what the ratio to the baseline's transactions per second compares. A lifecycle
+transaction sends several statements where the baseline's sends one, so the ratio of statements per
+second is reported beside it.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def _wait_for_start(index: int, inbox: Any, outbox: Any) -> float:
     return start_at
 
 
-def _serve(index: int, hook: Any, job: Job, inbox: Any, outbox: Any) -> int:
+def _serve(index: int, hook: Any, job: Job, inbox: Any, outbox: Any) -> dict[str, int]:
     if job.kind == "baseline":
         return _baseline(index, hook, job, inbox, outbox)
     if job.kind == "lifecycle":
@@ -94,7 +97,8 @@ def _serve(index: int, hook: Any, job: Job, inbox: Any, outbox: Any) -> int:
     raise ValueError(f"unknown job kind {job.kind!r}")
 
 
-def _baseline(index: int, hook: Any, job: Job, inbox: Any, outbox: Any) -> int:
+def _baseline(index: int, hook: Any, job: Job, inbox: Any, outbox: Any) -> dict[str, int]:
+    """One-row INSERT transactions until the window closes; each is one statement (one round trip)."""
     with closing(hook.engine.connect()) as conn, conn.cursor() as cur:
         payload = f"worker {index}"
         start_at = _wait_for_start(index, inbox, outbox)
@@ -103,32 +107,41 @@ def _baseline(index: int, hook: Any, job: Job, inbox: Any, outbox: Any) -> int:
             cur.execute(BASELINE_INSERT, (index, payload))
             cur.fetchone()
             if time.time() > deadline:
-                return count
+                return {"completed": count, "statements": count}
             count += 1
 
 
-def _lifecycle(index: int, hook: Any, job: Job, inbox: Any, outbox: Any) -> int:
-    from bench.bookkeeping import new_identity
+def _lifecycle(index: int, hook: Any, job: Job, inbox: Any, outbox: Any) -> dict[str, int]:
+    """Full pipeline runs until the window closes, their statements counted by the proxies."""
     from airflow_provider_etl_craft.runs.counts import TaskCounts
+    from bench.bookkeeping import new_identity
+    from bench.counting import RoundTripCounter, instrument
 
     code, states = pipeline_code(index), dict.fromkeys(job.task_codes, "success")
-    with hook.lifecycle(LOCK_TIMEOUT) as lc:
-        start_at = _wait_for_start(index, inbox, outbox)
-        deadline, count = start_at + job.seconds, 0
-        while True:
-            identity = new_identity("bench_contention", f"w{index:02d}")
-            outcome = lc.claim(code, identity, task_codes=job.task_codes)
-            if outcome.action != "CREATED":
-                raise RuntimeError(f"claim of {identity.run_key} returned {outcome.action}")
-            for task_code in job.task_codes:
-                handle = lc.start_task(code, task_code, identity, 1)
-                lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=1))
-            finished = lc.finish_run(code, identity, states)
-            if finished.status != "SUCCESS":
-                raise RuntimeError(f"{identity.run_key} ended {finished.status}")
-            if time.time() > deadline:
-                return count
-            count += 1
+    counter = RoundTripCounter()
+    restore = instrument(hook, counter)
+    try:
+        with hook.lifecycle(LOCK_TIMEOUT) as lc:
+            start_at = _wait_for_start(index, inbox, outbox)
+            deadline, count = start_at + job.seconds, 0
+            first = last = counter.total_statements()
+            while True:
+                identity = new_identity("bench_contention", f"w{index:02d}")
+                outcome = lc.claim(code, identity, task_codes=job.task_codes)
+                if outcome.action != "CREATED":
+                    raise RuntimeError(f"claim of {identity.run_key} returned {outcome.action}")
+                for task_code in job.task_codes:
+                    handle = lc.start_task(code, task_code, identity, 1)
+                    lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=1))
+                finished = lc.finish_run(code, identity, states)
+                if finished.status != "SUCCESS":
+                    raise RuntimeError(f"{identity.run_key} ended {finished.status}")
+                if time.time() > deadline:
+                    return {"completed": count, "statements": last - first}
+                count += 1
+                last = counter.total_statements()
+    finally:
+        restore()
 
 
 # --------------------------------------------------------------------------- the parent side
@@ -178,10 +191,12 @@ class WorkerPool:
         start_at = time.time() + 0.5
         for i in workers:
             self.inboxes[i].put(start_at)
-        counts = self._expect("done", workers)
-        total = sum(counts.values())
+        done = self._expect("done", workers)
+        total = sum(d["completed"] for d in done.values())
+        statements = sum(d["statements"] for d in done.values())
         return {"procs": procs, "seconds": job.seconds, "completed": total, "per_second": total / job.seconds,
-                "per_worker": [counts[i] for i in workers]}  # fmt: skip
+                "statements": statements, "statements_per_second": statements / job.seconds,
+                "per_worker": [done[i]["completed"] for i in workers]}  # fmt: skip
 
     def close(self) -> None:
         """Stop the workers (they exit on None; stragglers are terminated)."""
@@ -224,12 +239,16 @@ def measure(config_path: Path, hook: Any, procs_list: tuple[int, ...], seconds: 
                 "lifecycle_tx_per_s": runs_per_s * tx_per_run,
                 "baseline_tx_per_s": baseline["per_second"],
                 "ratio": runs_per_s * tx_per_run / baseline["per_second"] if baseline["per_second"] else None,
+                "lifecycle_statements_per_s": lifecycle["statements_per_second"],
+                "statements_per_run": lifecycle["statements"] / lifecycle["completed"] if lifecycle["completed"] else None,
+                "statement_ratio": (lifecycle["statements_per_second"] / baseline["statements_per_second"]
+                                    if baseline["statements_per_second"] else None),
                 "lifecycle": lifecycle,
                 "baseline": baseline,
             }
             rows.append(row)
-            log(f"  {procs:>2} procs: {runs_per_s:8.1f} runs/s = {row['lifecycle_tx_per_s']:8.1f} lifecycle tx/s; "
-                f"baseline {baseline['per_second']:8.1f} tx/s")  # fmt: skip
+            log(f"  {procs:>2} procs: {runs_per_s:8.1f} runs/s = {row['lifecycle_tx_per_s']:8.1f} lifecycle tx/s "
+                f"({row['lifecycle_statements_per_s']:.0f} statements/s); baseline {baseline['per_second']:8.1f} tx/s")  # fmt: skip
     finally:
         pool.close()
     return {"tasks_per_run": len(task_codes), "transactions_per_run": tx_per_run, "seconds": seconds,

@@ -50,8 +50,9 @@ class RoundTripCounter:
         self.calls: Counter[str] = Counter()
         #: Which operation opened how many connections.
         self.connections_by_op: Counter[str] = Counter()
-        #: Seconds each connection took to open.
+        #: Seconds each connection took to open, and to close (SQLite checkpoints when its last one closes).
         self.connect_seconds: list[float] = []
+        self.close_seconds: list[float] = []
         #: The statements each operation sent (their first words), to show where the round trips go.
         self.texts: defaultdict[str, Counter[str]] = defaultdict(Counter)
 
@@ -203,7 +204,9 @@ class CountingConnection:
         self._raw.rollback()
 
     def close(self) -> None:
+        started = time.perf_counter()
         self._raw.close()
+        self._counter.close_seconds.append(time.perf_counter() - started)
 
     def __enter__(self) -> CountingConnection:
         self._raw.__enter__()

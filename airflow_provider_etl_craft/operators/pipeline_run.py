@@ -57,6 +57,8 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
 
     template_fields: Sequence[str] = ()
     ui_color = "#fdf1d6"
+    #: Marks the claim task, which recorded tasks ask about when their run was skipped at claim.
+    etl_craft_claims_pipeline = True
 
     def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name,
                  profile: str | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, check_task_codes: bool = True,

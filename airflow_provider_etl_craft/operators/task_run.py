@@ -100,7 +100,8 @@ class RecordedTaskMixin:
         try:
             with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
                 handle = lifecycle.start_task(self.pipeline_code, self.task_code, identity, int(ti.try_number),
-                                              upstream_states=self._etl_craft_upstream_states(context))  # fmt: skip
+                                              upstream_states=self._etl_craft_upstream_states(context),
+                                              claim_skipped=lambda: self._etl_craft_claim_skipped(context))  # fmt: skip
         except GateSkipped as skipped:
             self.log.info("etl-craft: %s", skipped.reason)  # type: ignore[attr-defined]
             raise AirflowSkipException(skipped.reason) from None
@@ -132,6 +133,12 @@ class RecordedTaskMixin:
             return {code: found.get(task_id) for code, task_id in wanted.items()}
 
         return states
+
+    def _etl_craft_claim_skipped(self, context: Any) -> bool:
+        """Whether the claim task of this pipeline skipped in this DAG run (asked only when the run has ended)."""
+        claims = [t.task_id for t in self.dag.tasks  # type: ignore[attr-defined]
+                  if getattr(t, "etl_craft_claims_pipeline", False) and t.pipeline_code == self.pipeline_code]  # fmt: skip
+        return any(state == "skipped" for state in _airflow_view.task_states(context, claims).values())
 
     def _etl_craft_wait(self, context: Any, reason: str) -> None:
         """Reschedule (no worker slot held) until the gate timeout, then fail naming what was waited for."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -376,7 +376,8 @@ class RunLifecycle:
     # -- task attempts -----------------------------------------------------------------------------------
 
     def start_task(self, pipeline_code: str, task_code: str, identity: RunIdentity, try_number: int,
-                   log_path: str | None = None, upstream_states: UpstreamStates | None = None) -> AttemptHandle:  # fmt: skip
+                   log_path: str | None = None, upstream_states: UpstreamStates | None = None,
+                   claim_skipped: Callable[[], bool] | None = None) -> AttemptHandle:  # fmt: skip
         """Open attempt ``try_number`` of ``task_code`` in the keyed run (one transaction).
 
         Finds or creates the task's single ``AUD_TASK_RUN_LOG`` row; a live attempt of an earlier try
@@ -386,6 +387,8 @@ class RunLifecycle:
 
         :param upstream_states: Airflow's state of same-pipeline upstream tasks, by task code, for those
             that have no row in the run yet (without it such an upstream is waited for).
+        :param claim_skipped: whether this DAG run's claim skipped (a paused pipeline, unsatisfied
+            dependencies); a task that runs anyway (``all_done``) then skips instead of reopening the run.
         :raises GateWaiting: the pipeline is paused, or an upstream is still IN-PROGRESS (nothing written).
         :raises GateSkipped: the dependencies are not satisfied: the attempt was recorded CANCELLED and the
             task run SKIPPED, with the decisions.
@@ -416,6 +419,9 @@ class RunLifecycle:
                 raise handle
             if isinstance(handle, AttemptHandle):
                 return handle
+            if handle[0].status == "SKIPPED" and claim_skipped is not None and claim_skipped():
+                raise GateSkipped(f"task {task_code} does not run: {handle[0].describe()} was skipped when this DAG "
+                                  "run claimed it")  # fmt: skip
             self._reopen_for_task(pipeline_code, *handle, identity, task_code)
         raise StaleTransitionError(f"{identity.run_key} changed while task {task_code} was starting; retry")
 

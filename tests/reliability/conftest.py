@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import queue
 import select
 import signal
@@ -95,6 +96,8 @@ class Job:
     pool: Pool
     token: str
     workers: tuple[int, ...]
+    #: Kept until the job ends: a manager proxy (a barrier) sent to the workers must outlive their use of it.
+    kwargs: dict[str, Any] = field(default_factory=dict)
     messages: list[tuple[int, str, Any]] = field(default_factory=list)
 
     @property
@@ -110,7 +113,9 @@ class Job:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                token, index, kind, payload = self.pool.outbox.get(timeout=max(0.0, deadline - time.monotonic()))
+                token, index, kind, payload = self.pool.outbox.get(
+                    timeout=max(0.0, deadline - time.monotonic())
+                )
             except queue.Empty:
                 return
             if token == self.token:
@@ -124,11 +129,12 @@ class Job:
         """Every report, once every worker of the job is done; fail (and retire the pool) past ``timeout``."""
         deadline = time.monotonic() + timeout
         while not self.finished:
-            if time.monotonic() > deadline:
+            dead = [i for i in self.workers if i not in self.done and not self.pool.procs[i].is_alive()]
+            if dead or time.monotonic() > deadline:
                 alive = {i: self.pool.procs[i].is_alive() for i in self.workers}
                 self.pool.broken = True
                 pending = sorted(set(self.workers) - self.done)
-                raise AssertionError(f"workers {pending} did not finish within {timeout:.0f}s (deadlock?); "
+                raise AssertionError(f"workers {pending} did not finish within {timeout:.0f}s (deadlock?) or died {dead}; "
                                      f"alive: {alive}; reports so far: {self.messages}")  # fmt: skip
             self.pump(min(1.0, max(0.0, deadline - time.monotonic())))
         errors = [m for m in self.messages if m[1] == "ERROR"]
@@ -164,7 +170,9 @@ class Pool:
                 token, index, kind, pid = outbox.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
                 pool.close()
-                raise AssertionError(f"only {len(pool.pids)} of {size} workers started in {POOL_START_TIMEOUT}s") from None
+                raise AssertionError(
+                    f"only {len(pool.pids)} of {size} workers started in {POOL_START_TIMEOUT}s"
+                ) from None
             assert token is None and kind == "READY", (token, index, kind, pid)
             pool.pids[index] = pid
         return pool
@@ -175,9 +183,10 @@ class Pool:
 
     def send(self, function: Any, engine: EngineSetup, workers: Iterable[int], **kwargs: Any) -> Job:
         """Run ``function(hook, report, index=i, **kwargs)`` on each of ``workers``."""
-        job = Job(self, uuid.uuid4().hex, tuple(workers))
+        job = Job(self, uuid.uuid4().hex, tuple(workers), kwargs)
+        command = pickle.dumps((function, str(engine.config_path), engine.env, kwargs))
         for index in job.workers:
-            self.inboxes[index].put((job.token, function, str(engine.config_path), engine.env, kwargs))
+            self.inboxes[index].put((job.token, command))
         return job
 
     def close(self) -> None:
@@ -236,7 +245,9 @@ class Child:
             if not chunk:
                 self.kill()
                 err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-                raise AssertionError(f"child {self.proc.args[2:4]} never became ready (exit {self.proc.returncode}):\n{err}")
+                raise AssertionError(
+                    f"child {self.proc.args[2:4]} never became ready (exit {self.proc.returncode}):\n{err}"
+                )
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         words = line.decode().split()

@@ -10,6 +10,7 @@ test. A command that raises is reported as ``ERROR`` with its traceback; the wor
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import time
 import traceback
@@ -27,19 +28,20 @@ BARRIER_TIMEOUT = 120.0
 
 
 def worker_main(index: int, inbox: Any, outbox: Any) -> None:
-    """Announce readiness, then run ``(token, function, config, env, kwargs)`` commands until ``None``."""
+    """Announce readiness, then run ``(token, pickled (function, config, env, kwargs))`` commands until ``None``."""
     outbox.put((None, index, "READY", os.getpid()))
     while True:
         message = inbox.get()
         if message is None:
             return
-        token, function, config, env, kwargs = message
+        token, command = message
 
         def report(kind: str, payload: Any, token: str = token) -> None:
             outbox.put((token, index, kind, payload))
 
-        os.environ.update(env)
         try:
+            function, config, env, kwargs = pickle.loads(command)
+            os.environ.update(env)
             function(EngineDBHook.from_config(config), report, index=index, **kwargs)
         except BaseException:  # noqa: BLE001 - everything is reported; the test fails on it
             report("ERROR", traceback.format_exc())
@@ -111,6 +113,30 @@ def claim_race(hook: EngineDBHook, report: Report, *, index: int, pipeline: str,
     report("TALLY", {"tally": dict(tally), "refusals": refusals[:20]})
 
 
+def raw_in_progress_insert(
+    hook: EngineDBHook, report: Report, *, index: int, pipeline: str, together: Any
+) -> None:
+    """INSERT an IN-PROGRESS run straight into the table (no lock, no lifecycle) at the same moment as siblings."""
+    engine = hook.engine
+    conn = hook.get_conn()
+    try:
+        together.wait(timeout=BARRIER_TIMEOUT)
+        try:
+            with engine.transaction(conn) as cur:
+                cur.execute(engine.sql(
+                    "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, STATUS, RUN_KEY, TRIGGER_KIND) "
+                    "SELECT PIPELINE_ID, ?, 'IN-PROGRESS', ?, 'MANUAL' FROM CFG_PIPELINES "
+                    "WHERE PIPELINE_CODE = ? AND ACTIVE_FLAG = 'Y'"),
+                    (engine.to_db_time(engine.now()), f"raw:{index}", pipeline))  # fmt: skip
+                inserted = cur.rowcount
+        except engine.integrity_error():
+            report("INSERT", "INTEGRITY")
+        else:
+            report("INSERT", "INSERTED" if inserted == 1 else f"ROWCOUNT {inserted}")
+    finally:
+        conn.close()
+
+
 # -- 2. duplicate delivery ----------------------------------------------------------------------------------
 
 
@@ -146,7 +172,9 @@ def soak_writer(hook: EngineDBHook, report: Report, *, index: int, mode: str, se
     tries: Counter[str] = Counter()  # task code → attempts opened in the shared run
     runs: Counter[str] = Counter()  # claim actions and finish statuses of our own pipeline's runs
 
-    def attempt(lc: Any, pipeline: str, code: str, identity: RunIdentity, try_number: int, fail: bool) -> bool:
+    def attempt(
+        lc: Any, pipeline: str, code: str, identity: RunIdentity, try_number: int, fail: bool
+    ) -> bool:
         """One try: start it, then end it FAILED or SUCCESS; False when a write raised (reported)."""
         nonlocal opened, rows_written
         try:
@@ -177,7 +205,9 @@ def soak_writer(hook: EngineDBHook, report: Report, *, index: int, mode: str, se
             codes = [f"T{index}_{k}" for k in range(tasks_per_worker)]
             while time.monotonic() < deadline:
                 try_number = n // len(codes) + 1
-                attempt(lc, shared_pipeline, codes[n % len(codes)], shared, try_number, fail=try_number % 3 == 0)
+                attempt(
+                    lc, shared_pipeline, codes[n % len(codes)], shared, try_number, fail=try_number % 3 == 0
+                )
                 n += 1
         else:
             while time.monotonic() < deadline:

@@ -1,0 +1,163 @@
+"""``python -m bench`` (``make bench``): measure what recording etl-craft runs costs, print a report, write JSON.
+
+1. Bookkeeping cost of one pipeline run on SQLite and PostgreSQL — round trips counted per operation by
+   proxies around the DB-API connection (:mod:`bench.counting` defines one round trip) and checked against
+   pg_stat_statements; wall time per run (:mod:`bench.bookkeeping`).
+2. Contention on PostgreSQL: runs/s from 1, 4, 16 processes, each on its own pipeline, against the rate of a
+   one-row INSERT transaction on the same server in the same run (:mod:`bench.contention`).
+3. Airflow-level overhead: ``dag.test()`` of a plain vs a recorded 20-task DAG (:mod:`bench.airflow_overhead`,
+   in a subprocess).
+
+PostgreSQL is a throwaway cluster started for the run (never the machine's server on 5432) and removed at
+the end, with everything else under a temporary work directory. ``--quick`` is a small smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = Path(__file__).resolve().with_name("results.json")
+BOOK_PIPELINE = "BENCH_BOOK"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run: few runs, short windows, 1 and 2 procs")
+    parser.add_argument("--runs", type=int, help="part 1: pipeline runs per dialect and mode (default 30; quick 3)")
+    parser.add_argument("--tasks", type=int, help="part 1: tasks per pipeline run (default 10; quick 3)")
+    parser.add_argument("--seconds", type=float, help="part 2: seconds per measurement (default 8; quick 1.5)")
+    parser.add_argument("--procs", help="part 2: process counts, comma-separated (default 1,4,16; quick 1,2)")
+    parser.add_argument("--contention-tasks", type=int, default=3, help="part 2: tasks per run (default 3)")
+    parser.add_argument("--dag-tasks", type=int, help="part 3: tasks in the DAG (default 20; quick 5)")
+    parser.add_argument("--dag-repeats", type=int, help="part 3: measured runs of each DAG (default 4; quick 1)")
+    parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow"],
+                        help="leave a part out (repeatable)")  # fmt: skip
+    parser.add_argument("--keep-workdir", action="store_true", help="keep the temporary work directory")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.runs = args.runs or (3 if quick else 30)
+    args.tasks = args.tasks or (3 if quick else 10)
+    args.seconds = args.seconds or (1.5 if quick else 8.0)
+    args.procs = tuple(int(p) for p in (args.procs or ("1,2" if quick else "1,4,16")).split(","))
+    args.dag_tasks = args.dag_tasks or (5 if quick else 20)
+    args.dag_repeats = args.dag_repeats or (1 if quick else 4)
+    return args
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def run_airflow_part(workdir: Path, tasks: int, repeats: int) -> dict[str, Any]:
+    """Part 3 in a fresh interpreter (Airflow is configured before its first import there)."""
+    folder = workdir / "airflow"
+    folder.mkdir()
+    out, log_path = folder / "result.json", folder / "dag-test.log"
+    cmd = [sys.executable, "-m", "bench.airflow_overhead", "--workdir", str(folder), "--out", str(out),
+           "--tasks", str(tasks), "--repeats", str(repeats)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with log_path.open("w") as sink:
+        done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    if done.returncode != 0 or not out.exists():
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"part 3 exited with {done.returncode}; last lines of its log:\n{tail}")
+    return json.loads(out.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Imported here, not at module level: spawned worker processes re-import this module as __mp_main__,
+    # and should not pay for Airflow twice.
+    from bench import bookkeeping, contention, engines, report
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    args = parse_args(argv)
+    started, started_at = time.perf_counter(), datetime.now(UTC)
+    workdir = Path(tempfile.mkdtemp(prefix="etl-craft-bench-"))
+    results: dict[str, Any] = {
+        "mode": "quick" if args.quick else "full",
+        "started": f"{started_at:%Y-%m-%d %H:%M:%S} UTC",
+        "options": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "bookkeeping": {},
+    }
+    failures: list[str] = []
+    pg: Any = None  # engines.PgServer while the cluster runs
+    log(f"work directory: {workdir}")
+    try:
+        codes = engines.task_codes(args.tasks)
+        if "sqlite" not in args.skip:
+            log(f"part 1, SQLite: {args.runs} runs x 2 modes of claim + {args.tasks} tasks + finish")
+            hook = engines.init_engine(engines.sqlite_engine(workdir / "sqlite"))
+            engines.seed_pipelines(hook, [(BOOK_PIPELINE, codes)])
+            results["bookkeeping"]["sqlite"] = bookkeeping.measure(hook, "sqlite", BOOK_PIPELINE, codes, args.runs)
+
+        if not {"postgresql", "contention"} <= set(args.skip):
+            log("starting a throwaway PostgreSQL cluster")
+            pg = engines.PgServer.start(workdir / "postgresql")
+            log(f"  PostgreSQL {pg.cluster.version} on {pg.cluster.host}:{pg.cluster.port}"
+                f"{' with pg_stat_statements' if pg.statements_view else ''}")  # fmt: skip
+            hook = engines.init_engine(pg.config_path)
+            if "postgresql" not in args.skip:
+                log(f"part 1, PostgreSQL: {args.runs} runs x 2 modes of claim + {args.tasks} tasks + finish")
+                engines.seed_pipelines(hook, [(BOOK_PIPELINE, codes)])
+                results["bookkeeping"]["postgresql"] = bookkeeping.measure(
+                    hook, "postgresql", BOOK_PIPELINE, codes, args.runs, pg.statement_count
+                )
+            if "contention" not in args.skip:
+                log(f"part 2, contention: {args.procs} processes, {args.seconds:g} s each, lifecycle and baseline")
+                results["contention"] = contention.measure(
+                    pg.config_path, hook, args.procs, args.seconds, engines.task_codes(args.contention_tasks), log
+                )
+            results["machine"] = engines.machine(pg)
+            pg.stop()
+            pg = None
+
+        if "airflow" not in args.skip:
+            log(f"part 3, Airflow: airflow db migrate, then dag.test() of a {args.dag_tasks}-task DAG, plain and "
+                f"recorded, 1 warm-up + {args.dag_repeats} runs each")  # fmt: skip
+            try:
+                results["airflow"] = run_airflow_part(workdir, args.dag_tasks, args.dag_repeats)
+            except RuntimeError as exc:
+                results["airflow"] = {"error": str(exc).splitlines()[0]}
+                failures.append(str(exc))
+    finally:
+        if pg is not None:
+            pg.stop()
+        if args.keep_workdir:
+            log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    results.setdefault("machine", engines.machine(None))
+    results["targets"] = report.targets(results)
+    results["took_s"] = time.perf_counter() - started
+    text = report.render(results)
+    results["report"] = text
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print()
+    print(text)
+    print(f"\nresults written to {args.out}")
+    for failure in failures:
+        print(f"\nerror: {failure}", file=sys.stderr)
+    checks = [part["fresh"]["check"] for part in results["bookkeeping"].values()]
+    if any(check.get("match") is False for check in checks):
+        print("error: the round-trip counter disagrees with the independent count (see above)", file=sys.stderr)
+        return 1
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

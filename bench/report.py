@@ -1,0 +1,213 @@
+"""The printed report: plain-text tables of the three parts, the targets beside the measured figures, the machine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bench.bookkeeping import OPERATIONS
+
+#: Round-trip budgets per task (statements of the operation itself).
+START_TASK_TARGET = 3
+FINISH_TASK_TARGET = 1
+CONTENTION_TARGET = 0.40
+CONTENTION_TARGET_PROCS = 16
+AIRFLOW_TARGET = 1.10
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    """A plain-text table; ``align`` has one ``l`` or ``r`` per column (default: first left, rest right)."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    align = align or "l" + "r" * (len(headers) - 1)
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align, strict=True))
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])]).rstrip()
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "n/a"
+    if abs(value - round(value)) < 1e-9:
+        return str(int(round(value)))
+    return f"{value:.{digits}f}"
+
+
+def _met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "NOT MET")
+
+
+def _rt(part: dict[str, Any], op: str) -> float:
+    return part["fresh"]["round_trips"]["operations"][op]["per_call"]["statements"]
+
+
+def bookkeeping_section(results: dict[str, dict[str, Any]]) -> str:
+    """Part 1: round trips per call, per run, wall times; one column per dialect."""
+    dialects = [d for d in ("sqlite", "postgresql") if d in results]
+    if not dialects:
+        return "1. Bookkeeping of one pipeline run: not measured"
+    first = results[dialects[0]]
+    names = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+    head = (f"1. Bookkeeping of one pipeline run: claim + {first['tasks']} x (start_task + finish_task) + finish_run, "
+            f"{first['runs']} runs on fresh run keys")  # fmt: skip
+    targets = {"start_task": f"<= {START_TASK_TARGET}", "finish_task": f"<= {FINISH_TASK_TARGET}"}
+    rows: list[list[Any]] = []
+    for op in OPERATIONS:
+        rows.append([f"{op} (statements per call)", *(_n(_rt(results[d], op)) for d in dialects), targets.get(op, "")])
+    for d_row, key in (("connect: login/open + setup statements", "per_connection"),):
+        rows.append([d_row, *(_connect_cell(results[d]["fresh"]["round_trips"]["connect"][key]) for d in dialects), ""])
+    rt = {d: results[d]["fresh"]["round_trips"] for d in dialects}
+    rows.append(["connections per run (one per step)", *(_n(rt[d]["connections_per_run"]) for d in dialects), ""])
+    rows.append(["round trips per run, steps only", *(_n(sum(rt[d]["per_run"][op] for op in OPERATIONS))
+                                                      for d in dialects), ""])  # fmt: skip
+    rows.append(["round trips per run, with connections", *(_n(rt[d]["per_run_total"]) for d in dialects), ""])
+    for label, mode in (("wall ms per run, connection per step", "fresh"), ("wall ms per run, one connection", "shared")):
+        rows.append([f"{label} (median / p95)",
+                     *(f"{results[d][mode]['wall_ms']['median']:.1f} / {results[d][mode]['wall_ms']['p95']:.1f}"
+                       for d in dialects), ""])  # fmt: skip
+    for op in OPERATIONS:
+        rows.append([f"  {op} ms, connection per step (median)",
+                     *(f"{results[d]['fresh']['op_ms'][op]['median']:.2f}" for d in dialects), ""])  # fmt: skip
+    rows.append(["connect ms (median / p95)", *(_connect_ms(rt[d], "connect_ms") for d in dialects), ""])
+    rows.append(["close ms (median / p95)", *(_connect_ms(rt[d], "close_ms") for d in dialects), ""])
+    checks = []
+    for d in dialects:
+        check = results[d]["fresh"]["check"]
+        if "server" in check:
+            verdict = "match" if check["match"] else "MISMATCH"
+            checks.append(f"  {names[d]}: proxy {check['proxy']} vs {check['method']} {check['server']}: {verdict}")
+        else:
+            checks.append(f"  {names[d]}: {check['method']} ({check['proxy']})")
+    body = table(["", *(names[d] for d in dialects), "target"], rows)
+    return "\n".join([head, body, "Counter check (same window):", *checks])
+
+
+def _connect_cell(per: dict[str, float]) -> str:
+    return f"{_n(per.get('connect', 0))} + {_n(per.get('setup', 0))}"
+
+
+def _connect_ms(rt: dict[str, Any], key: str) -> str:
+    ms = rt["connect"][key]
+    return "n/a" if ms is None else f"{ms['median']:.2f} / {ms['p95']:.2f}"
+
+
+def statements_section(results: dict[str, dict[str, Any]], dialect: str = "postgresql") -> str:
+    """Where the round trips go: what each operation sends, counted on one dialect."""
+    if dialect not in results:
+        return ""
+    rt = results[dialect]["fresh"]["round_trips"]
+    lines = [f"What each call sends ({dialect}, counted):"]
+    for op in OPERATIONS:
+        sent = rt["operations"][op]["sent_per_call"]
+        lines.append(f"  {op}: {_n(sum(sent.values()))}")
+        lines.extend(f"    {_n(n)} x {text}" for text, n in sent.items())
+    sent = rt["connect"]["sent_per_connection"]
+    lines.append(f"  connect: {_n(sum(sent.values()))}")
+    lines.extend(f"    {_n(n)} x {text}" for text, n in sent.items())
+    return "\n".join(lines)
+
+
+def contention_section(result: dict[str, Any] | None) -> str:
+    """Part 2: runs/s, lifecycle tx/s, baseline tx/s and their ratio per process count."""
+    if not result:
+        return "2. Contention on PostgreSQL: not measured"
+    head = (f"2. Contention on PostgreSQL: each process loops full runs of its own pipeline ({result['tasks_per_run']} "
+            f"tasks = {result['transactions_per_run']} lifecycle transactions per run) on one connection, "
+            f"{result['seconds']:g} s per measurement;\n   baseline = INSERT … RETURNING id, one autocommit "
+            "transaction each")  # fmt: skip
+    rows = [[r["procs"], f"{r['runs_per_s']:.1f}", f"{r['lifecycle_tx_per_s']:.0f}", f"{r['baseline_tx_per_s']:.0f}",
+             "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}",
+             f">= {CONTENTION_TARGET:.2f}" if r["procs"] == CONTENTION_TARGET_PROCS else "",
+             f"{r['lifecycle_statements_per_s']:.0f}", _n(r["statements_per_run"]),
+             "n/a" if r["statement_ratio"] is None else f"{r['statement_ratio']:.2f}"]
+            for r in result["rows"]]  # fmt: skip
+    body = table(["processes", "runs/s", "lifecycle tx/s", "baseline tx/s", "tx/s ÷ baseline", "target",
+                  "lifecycle stmt/s", "stmt/run", "stmt/s ÷ baseline"], rows)  # fmt: skip
+    return f"{head}\n{body}"
+
+
+def airflow_section(result: dict[str, Any] | None) -> str:
+    """Part 3: dag.test() times of the plain and the recorded DAG."""
+    if not result:
+        return "3. Airflow-level overhead: not measured"
+    if "error" in result:
+        return f"3. Airflow-level overhead: FAILED: {result['error']}"
+    head = (f"3. Airflow-level overhead: dag.test() of {result['tasks']} chained tasks, plain @task vs @etl_craft_task in "
+            f"etl_craft_pipeline\n   (+ claim and finish; SQLite Engine DB), {result['repeats']} alternating runs "
+            "each after one warm-up")  # fmt: skip
+    rows = [
+        ["plain", f"{result['plain_median_s']:.2f}", " ".join(f"{t:.2f}" for t in result["plain_s"]), ""],
+        ["recorded", f"{result['recorded_median_s']:.2f}", " ".join(f"{t:.2f}" for t in result["recorded_s"]), ""],
+        ["recorded / plain", f"{result['ratio']:.2f}x", f"+{result['extra_ms_per_task']:.0f} ms per task",
+         f"<= {AIRFLOW_TARGET:.2f}x"],
+    ]
+    extra = (f"   (the recorded DAG runs {result['tasks'] + 2} tasks: a plain task costs "
+             f"{result['plain_ms_per_task']:.0f} ms, so claim + finish alone would be about "
+             f"{2 * result['plain_ms_per_task'] / 1000:.2f} s of the difference — an estimate, not measured)")
+    return f"{head}\n" + table(["DAG", "median s", "runs (s)", "target"], rows, "lrll") + f"\n{extra}"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target with what was measured and whether it is met."""
+    out: list[dict[str, Any]] = []
+    book = results.get("bookkeeping", {})
+    for dialect, name in (("postgresql", "PostgreSQL"), ("sqlite", "SQLite")):
+        if dialect not in book:
+            continue
+        rt = book[dialect]["fresh"]["round_trips"]
+        conn = rt["connect"]["per_connection"]["total"]
+        for op, budget in (("start_task", START_TASK_TARGET), ("finish_task", FINISH_TASK_TARGET)):
+            own = _rt(book[dialect], op)
+            out.append({
+                "target": f"{op} <= {budget} round trip{'s' if budget > 1 else ''} per task ({name})",
+                "measured": f"{_n(own)} (+ {_n(conn)} for the connection each operator step opens)",
+                "value": own, "met": own <= budget,
+            })  # fmt: skip
+    contention = results.get("contention")
+    if contention:
+        row = next((r for r in contention["rows"] if r["procs"] == CONTENTION_TARGET_PROCS), None)
+        ratio = None if row is None else row["ratio"]
+        out.append({
+            "target": f"contention throughput >= {CONTENTION_TARGET:.0%} of baseline at {CONTENTION_TARGET_PROCS} processes",
+            "measured": "not measured at 16 processes" if ratio is None else f"{ratio:.0%} (lifecycle tx/s ÷ baseline tx/s)",
+            "value": ratio, "met": None if ratio is None else ratio >= CONTENTION_TARGET,
+        })  # fmt: skip
+    airflow = results.get("airflow")
+    if airflow and "ratio" in airflow:
+        out.append({
+            "target": f"recorded DAG <= {AIRFLOW_TARGET:.2f}x the plain one",
+            "measured": f"{airflow['ratio']:.2f}x", "value": airflow["ratio"], "met": airflow["ratio"] <= AIRFLOW_TARGET,
+        })  # fmt: skip
+    return out
+
+
+def targets_section(items: list[dict[str, Any]]) -> str:
+    return "Targets\n" + table(["target", "measured", "verdict"], [[t["target"], t["measured"], _met(t["met"])]
+                                                              for t in items], "lll")  # fmt: skip
+
+
+def machine_section(m: dict[str, Any]) -> str:
+    pg = f"PostgreSQL {m['postgresql']}" if m.get("postgresql") else "PostgreSQL not measured"
+    return "\n".join([
+        "Machine",
+        f"  CPUs: {m['cpu_count']} ({m['cpu_model'] or 'model unknown'}); {m['platform']}",
+        f"  Python {m['python']}, SQLite {m['sqlite']}, psycopg2 {m['psycopg2']}, Airflow {m['airflow']}",
+        f"  {pg} (throwaway cluster on 127.0.0.1: {m['postgresql_settings']})",
+    ])  # fmt: skip
+
+
+def render(results: dict[str, Any]) -> str:
+    """The whole printed report."""
+    parts = [
+        f"etl-craft bookkeeping benchmark ({results['mode']} run, {results['started']}, took {results['took_s']:.0f} s)",
+        bookkeeping_section(results.get("bookkeeping", {})),
+        statements_section(results.get("bookkeeping", {})),
+        contention_section(results.get("contention")),
+        airflow_section(results.get("airflow")),
+        targets_section(results.get("targets", [])),
+        machine_section(results["machine"]),
+    ]
+    return "\n\n".join(p for p in parts if p)

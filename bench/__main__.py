@@ -8,6 +8,14 @@
 3. Airflow-level overhead: ``dag.test()`` of a plain vs a recorded 20-task DAG (:mod:`bench.airflow_overhead`,
    in a subprocess).
 
+**One round trip** is one statement or transaction-control message sent to the database and waited for:
+with psycopg2 in autocommit mode (the provider's connections) every ``cursor.execute`` is one round trip —
+``BEGIN``, ``COMMIT``, ``SELECT pg_advisory_lock(…)`` included; ``commit()``/``rollback()`` count only when a
+transaction is open; fetching from a client-side cursor and ``close()`` are free. Opening a connection is
+reported on its own line: one login (PostgreSQL: TLS + SCRAM, several network exchanges, counted as one)
+plus the setup statements the dialect runs. SQLite is in-process: the same rule counts statements handed
+to the library. Details in :mod:`bench.counting`.
+
 PostgreSQL is a throwaway cluster started for the run (never the machine's server on 5432) and removed at
 the end, with everything else under a temporary work directory. ``--quick`` is a small smoke run.
 """
@@ -91,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": f"{started_at:%Y-%m-%d %H:%M:%S} UTC",
         "options": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "bookkeeping": {},
+        "load_average_at_start": os.getloadavg(),
     }
     failures: list[str] = []
     pg: Any = None  # engines.PgServer while the cluster runs
@@ -141,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     results.setdefault("machine", engines.machine(None))
+    results["machine"]["load_average"] = {"at_start": results.pop("load_average_at_start"), "at_end": os.getloadavg()}
     results["targets"] = report.targets(results)
     results["took_s"] = time.perf_counter() - started
     text = report.render(results)

@@ -196,7 +196,17 @@ def machine_section(m: dict[str, Any]) -> str:
         f"  CPUs: {m['cpu_count']} ({m['cpu_model'] or 'model unknown'}); {m['platform']}",
         f"  Python {m['python']}, SQLite {m['sqlite']}, psycopg2 {m['psycopg2']}, Airflow {m['airflow']}",
         f"  {pg} (throwaway cluster on 127.0.0.1: {m['postgresql_settings']})",
+        *_load(m.get("load_average")),
     ])  # fmt: skip
+
+
+def _load(load: dict[str, Sequence[float]] | None) -> list[str]:
+    """The load averages around the run: other work on the machine skews every figure above."""
+    if not load:
+        return []
+    start, end = load["at_start"], load["at_end"]
+    return [f"  load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in start)} at start, "
+            f"{' '.join(f'{x:.2f}' for x in end)} at end"]  # fmt: skip
 
 
 def render(results: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from airflow.providers.common.compat.sdk import (
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
+    Asset,
     BaseOperator,
     BaseSensorOperator,
     PokeReturnValue,
@@ -25,6 +26,16 @@ from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT, RunL
 #: How long a claim waits for another run of its pipeline before it fails (overridable per operator).
 DEFAULT_CLAIM_TIMEOUT = timedelta(hours=6)
 DEFAULT_POKE_INTERVAL = timedelta(seconds=60)
+
+
+def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name) -> Asset:
+    """The Airflow Asset a SUCCESS run of ``pipeline_code`` updates: ``etl-craft://<conn id>/<PIPELINE_CODE>``.
+
+    Schedule a downstream pipeline DAG on it (``schedule=[pipeline_asset("DAILY_SALES")]``); the Engine
+    gate still judges the dependency when that DAG run claims. The connection id names the Engine DB (its
+    schema is only known once connected, and DAG files must not connect at parse time).
+    """
+    return Asset(f"etl-craft://{etl_craft_conn_id}/{check_code('pipeline_code', pipeline_code)}")
 
 
 class _PipelineOperatorMixin:
@@ -45,7 +56,9 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     While another run of the pipeline is IN-PROGRESS the claim waits in ``reschedule`` mode, so no worker
     slot is held, for up to ``timeout``; when that run's own Airflow DAG run has already ended (or no longer
     exists), the run is closed as abandoned (CANCELLED, with a CANCEL intervention) and the claim proceeds.
-    Runs started outside Airflow are never closed from here: the claim waits for them.
+    Runs started outside Airflow are never closed from here: the claim waits for them. A paused pipeline,
+    or pipeline dependencies that are not satisfied (SPEC §10), record the run SKIPPED and skip the DAG
+    run; an upstream pipeline still IN-PROGRESS makes the claim wait the same way.
 
     :param pipeline_code: ``CFG_PIPELINES.PIPELINE_CODE``.
     :param etl_craft_conn_id: Airflow connection of the Engine DB.
@@ -111,6 +124,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                     return PokeReturnValue(is_done=False)
                 if outcome.action != "BLOCKED":
                     self._blocking = self._waiting = None
+                    self._warn_strict_trigger_rules(outcome.lenient_tasks)
                     self.log.info("etl-craft: %s run %d of pipeline %s (%s)", outcome.action.lower(),
                                   outcome.pipeline_run_id, self.pipeline_code, identity.run_key)  # fmt: skip
                     return PokeReturnValue(is_done=True, xcom_value=outcome.pipeline_run_id)
@@ -121,6 +135,19 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                                   self.pipeline_code)  # fmt: skip
                     return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=False)
+
+    def _warn_strict_trigger_rules(self, lenient: Sequence[str]) -> None:
+        """Warn about gated tasks Airflow would never start when an upstream fails (trigger rule all_success)."""
+        tasks = pipeline_tasks(self.dag, self.pipeline_code)
+        strict = [f"{code} ({tasks[code]})" for code in lenient
+                  if code in tasks and self.dag.get_task(tasks[code]).trigger_rule == "all_success"]  # fmt: skip
+        if strict:
+            self.log.warning(
+                "etl-craft: %s of pipeline %s may run after an upstream failed or was skipped (FAILURE/ALWAYS "
+                "dependency or ANY/N run condition), but keep trigger_rule='all_success', so Airflow will not start "
+                "them then; give them trigger_rule='all_done' and let the Engine gate decide",
+                ", ".join(strict), self.pipeline_code,
+            )  # fmt: skip
 
     def _close_if_abandoned(self, context: Any, lifecycle: RunLifecycle, identity: RunIdentity,
                             blocking: RunRow) -> bool:  # fmt: skip
@@ -148,6 +175,8 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
     ``EMAIL_ALERT`` task's failure does not decide it), SKIPPED when every task was skipped, else SUCCESS;
     ``SLA_STATUS`` is set once from ``SLA_IN_HOURS``. A FAILED run fails this task without retries, so the
     DAG run shows the truth; a SKIPPED run skips it. Running it again on an ended run changes nothing.
+    With ``emit_asset`` (default) the task's outlet is :func:`pipeline_asset`, so only a SUCCESS run
+    (the only outcome in which this task succeeds) emits an Asset event.
 
     :return: ``{"pipeline_run_id": int, "status": str}`` (pushed to XCom).
     """
@@ -156,7 +185,9 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
 
     def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name,
                  profile: str | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 trigger_rule: str = "all_done", **kwargs: Any) -> None:  # fmt: skip
+                 trigger_rule: str = "all_done", emit_asset: bool = True, **kwargs: Any) -> None:  # fmt: skip
+        if emit_asset:
+            kwargs["outlets"] = [*(kwargs.get("outlets") or []), pipeline_asset(pipeline_code, etl_craft_conn_id)]
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
         self.etl_craft_conn_id = etl_craft_conn_id

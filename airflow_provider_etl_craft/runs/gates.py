@@ -153,7 +153,7 @@ def combine(verdicts: Sequence[EdgeVerdict], condition: str | None = None, count
         return GateVerdict(UNSATISFIED, f"{label}: {len(satisfied)} of {len(verdicts)} dependencies satisfied, "
                            f"{need} needed ({why})", decided, waiting)  # fmt: skip
     why = "; ".join(v.reason for v in waiting)
-    return GateVerdict(WAIT, f"{label}: waiting for {why}", decided, waiting)
+    return GateVerdict(WAIT, f"{label}: not decided yet ({why})", decided, waiting)
 
 
 class Gates:
@@ -187,6 +187,17 @@ class Gates:
             "JOIN CFG_TASKS ut ON ut.TASK_ID = d.DEPENDS_ON_TASK_ID "
             "WHERE d.TASK_ID = ? AND d.ACTIVE_FLAG = 'Y' ORDER BY d.TASK_DEPENDENCY_ID",
             (task_id,),
+        )]  # fmt: skip
+
+    def lenient_tasks(self, cur: Any, pipeline_id: int) -> list[str]:
+        """Task codes whose gate may pass although an upstream failed or was skipped (a FAILURE or ALWAYS
+        dependency, or an ANY / N run condition): Airflow must be told to run them anyway (trigger rule)."""
+        return [r[0] for r in self._rows(
+            cur,
+            "SELECT t.TASK_CODE FROM CFG_TASKS t WHERE t.PIPELINE_ID = ? AND t.ACTIVE_FLAG = 'Y' AND "
+            "(t.RUN_CONDITION IN ('ANY', 'N') OR EXISTS (SELECT 1 FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = "
+            "t.TASK_ID AND d.ACTIVE_FLAG = 'Y' AND d.DEPENDENCY_TYPE IN ('FAILURE', 'ALWAYS'))) ORDER BY t.TASK_CODE",
+            (pipeline_id,),
         )]  # fmt: skip
 
     # -- what the edges see ------------------------------------------------------------------------------

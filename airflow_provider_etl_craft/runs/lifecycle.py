@@ -78,6 +78,8 @@ class ClaimOutcome:
     pipeline_run_id: int | None = None
     blocking: RunRow | None = None
     reason: str | None = None
+    #: CREATED/REOPENED/RESUMED: task codes that need a lenient trigger rule (see ``Gates.lenient_tasks``).
+    lenient_tasks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,13 @@ class RunLifecycle:
         with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn):
             try:
                 with self.engine.transaction(self.conn) as cur:
-                    return self._claim(cur, pipeline_code, identity, task_codes, where)
+                    outcome = self._claim(cur, pipeline_code, identity, task_codes, where)
+                    if task_codes is not None and outcome.action in ("CREATED", "REOPENED", "RESUMED"):
+                        pipeline_id, _ = self._active_pipeline(cur, pipeline_code)
+                        lenient = tuple(self.gates.lenient_tasks(cur, pipeline_id))
+                        outcome = ClaimOutcome(outcome.action, outcome.pipeline_run_id, reason=outcome.reason,
+                                               lenient_tasks=lenient)  # fmt: skip
+                    return outcome
             except self.engine.integrity_error() as exc:
                 raise self._conflict(exc, f"claiming {identity.run_key} for {pipeline_code}") from None
 

@@ -329,3 +329,9 @@ def test_a_paused_pipelines_dag_run_is_skipped_and_recorded_and_resume_lets_the_
     runs = gates.runs("TWAIT_E2E")
     assert [r[1] for r in runs] == ["SKIPPED", "SUCCESS"]
     assert gates.task_runs(runs[1][0]) == {"W1": "SUCCESS"}
+    # Only the SUCCESS run emitted the pipeline's Asset event (the skipped one did not).
+    with sqlite3.connect(gates.airflow_db, timeout=30) as db:
+        events = db.execute("SELECT e.source_run_id FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE "
+                            "a.uri = 'etl-craft://etl_craft_default/TWAIT_E2E' AND e.source_dag_id = ?",
+                            (dag.dag_id,)).fetchall()  # fmt: skip
+    assert [e[0] for e in events] == [run.run_id]

@@ -273,6 +273,13 @@ def test_run_conditions_any_n_and_all(db: Db, x: str, y: str, z: str | None, exp
             assert "dependencies satisfied" in db.task_run(run_id, code)[1]
 
 
+def test_the_claim_names_tasks_that_need_a_lenient_trigger_rule(db: Db) -> None:
+    codes = ["X", "Y", "Z", "ANY_OF", "TWO_OF", "ALL_OF", "DATA_OF"]
+    assert db.lc.claim("COND", db.ident("cond"), codes).lenient_tasks == ("ANY_OF", "TWO_OF")
+    assert db.lc.claim("SAME", db.ident("same"), ["A", *(f"B_{k}" for k in TYPES)]).lenient_tasks == (
+        "B_ALWAYS", "B_FAILURE")
+
+
 def test_has_data_reads_the_rows_the_upstream_task_wrote(db: Db) -> None:
     for rows, expected in ((0, "skip"), (3, "run")):
         who = db.ident("cond")

@@ -71,14 +71,20 @@ def _sqlstate(exc: BaseException) -> str | None:
 def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> Iterator[None]:
     """Hold a session-level advisory lock on ``conn`` (autocommit); the server frees it if the session dies.
 
-    ``lock_timeout`` bounds the wait server-side, so no polling loop is needed.
+    ``lock_timeout`` bounds the wait server-side, so no polling loop is needed. Setting it, waiting for
+    the lock and resetting it is one statement (one round trip): each nested subquery must produce its
+    row before the level around it runs, which fixes the order; if the wait times out the statement's
+    transaction rolls back, and ``set_config`` with it.
     """
     key = advisory_key(schema, name)
     millis = 0 if timeout is None else max(1, int(timeout * 1000))
     with conn.cursor() as cur:
-        cur.execute("SELECT set_config('lock_timeout', %s, false)", (f"{millis}ms",))
         try:
-            cur.execute("SELECT pg_advisory_lock(%s)", (key,))
+            cur.execute(
+                "SELECT set_config('lock_timeout', '0', false) FROM (SELECT pg_advisory_lock(%s) FROM "
+                "(SELECT set_config('lock_timeout', %s, false)) AS bounded) AS locked",
+                (key, f"{millis}ms"),
+            )
         except Exception as exc:
             if _sqlstate(exc) != LOCK_NOT_AVAILABLE:
                 raise
@@ -86,8 +92,6 @@ def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> I
                 f"lock '{name}' (advisory key {key} for schema {schema}) was not acquired within {timeout:g}s; "
                 "another process holds it — wait for it to finish, or raise the lock timeout"
             ) from None
-        finally:
-            cur.execute("SELECT set_config('lock_timeout', '0', false)")
     try:
         yield
     finally:

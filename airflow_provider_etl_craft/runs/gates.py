@@ -189,14 +189,15 @@ class Gates:
             (task_id,),
         )]  # fmt: skip
 
-    def lenient_tasks(self, cur: Any, pipeline_id: int) -> list[str]:
-        """Task codes whose gate may pass although an upstream failed or was skipped (a FAILURE or ALWAYS
-        dependency, or an ANY / N run condition): Airflow must be told to run them anyway (trigger rule)."""
-        return [r[0] for r in self._rows(
+    def active_tasks(self, cur: Any, pipeline_id: int) -> list[tuple[str, bool]]:
+        """The pipeline's active task codes, each with whether it is *lenient*: its gate may pass although an
+        upstream failed or was skipped (a FAILURE or ALWAYS dependency, or an ANY / N run condition), so
+        Airflow must be told to start it anyway (a trigger rule other than ``all_success``)."""
+        return [(r[0], bool(r[1])) for r in self._rows(
             cur,
-            "SELECT t.TASK_CODE FROM CFG_TASKS t WHERE t.PIPELINE_ID = ? AND t.ACTIVE_FLAG = 'Y' AND "
-            "(t.RUN_CONDITION IN ('ANY', 'N') OR EXISTS (SELECT 1 FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = "
-            "t.TASK_ID AND d.ACTIVE_FLAG = 'Y' AND d.DEPENDENCY_TYPE IN ('FAILURE', 'ALWAYS'))) ORDER BY t.TASK_CODE",
+            "SELECT t.TASK_CODE, CASE WHEN t.RUN_CONDITION IN ('ANY', 'N') OR EXISTS (SELECT 1 FROM "
+            "CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y' AND d.DEPENDENCY_TYPE IN "
+            "('FAILURE', 'ALWAYS')) THEN 1 ELSE 0 END FROM CFG_TASKS t WHERE t.PIPELINE_ID = ? AND t.ACTIVE_FLAG = 'Y'",
             (pipeline_id,),
         )]  # fmt: skip
 

@@ -46,6 +46,38 @@ TASK_RUN_STATUS = {"SUCCESS": "SUCCESS", "FAILED": "FAILED", "TIMED_OUT": "FAILE
 #: r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION
 
 
+#: Start an attempt in one statement when nothing needs judging: the keyed run is IN-PROGRESS (its row
+#: share-locked, as the transaction path does), the task has no dependencies, the pipeline is not paused
+#: and no earlier attempt is live. Otherwise nothing is written and the transaction path decides.
+START_ATTEMPT_ONE_STATEMENT = (
+    "WITH info AS (SELECT t.TASK_ID, r.PIPELINE_RUN_ID FROM CFG_PIPELINES p "
+    "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
+    "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
+    "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' AND r.STATUS = 'IN-PROGRESS' "
+    "AND NOT EXISTS (SELECT 1 FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y') "
+    "AND NOT EXISTS (SELECT 1 FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID AND pp.RESUMED_AT IS NULL) "
+    "AND NOT EXISTS (SELECT 1 FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la ON la.TASK_RUN_ID = ltr.TASK_RUN_ID "
+    "WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) "
+    "FOR SHARE OF r), "
+    "tr AS (INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
+    "SELECT TASK_ID, PIPELINE_RUN_ID, ?, 'IN-PROGRESS', 1 FROM info ON CONFLICT (TASK_ID, PIPELINE_RUN_ID) DO UPDATE SET "
+    "STATUS = 'IN-PROGRESS', END_DATE = NULL, ERROR_MESSAGE = NULL, ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 "
+    "RETURNING TASK_RUN_ID, PIPELINE_RUN_ID) "
+    "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, HEARTBEAT_AT, "
+    "HOST, PID, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND) "
+    "SELECT TASK_RUN_ID, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM tr "
+    "RETURNING ATTEMPT_ID, TASK_RUN_ID, (SELECT PIPELINE_RUN_ID FROM tr)"
+)  # fmt: skip
+#: End an attempt and copy it to its task run in one statement (no consumption to write).
+FINISH_ATTEMPT_ONE_STATEMENT = (
+    "WITH a AS (UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
+    "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
+    "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') RETURNING TASK_RUN_ID) "
+    "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, INSERT_COUNT = ?, "
+    "UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? WHERE TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM a)"
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class RunRow:
     """The columns of an ``AUD_PIPELINES_RUN_LOG`` row the lifecycle decides on."""
@@ -164,10 +196,11 @@ class RunLifecycle:
             )
         return int(row[0]), (None if row[1] is None else float(row[1]))
 
-    def _check_task_codes(self, cur: Any, pipeline_id: int, code: str, task_codes: Collection[str], where: str) -> None:
-        active = {r[0] for r in self._exec(
-            cur, "SELECT TASK_CODE FROM CFG_TASKS WHERE PIPELINE_ID = ? AND ACTIVE_FLAG = 'Y'", (pipeline_id,)
-        ).fetchall()}  # fmt: skip
+    def _check_task_codes(self, cur: Any, pipeline_id: int, code: str, task_codes: Collection[str],
+                          where: str) -> tuple[str, ...]:  # fmt: skip
+        """Compare the DAG's task codes with the active ``CFG_TASKS``; return the lenient ones (one query)."""
+        rows = self.gates.active_tasks(cur, pipeline_id)
+        active = {r[0] for r in rows}
         unknown, missing = sorted(set(task_codes) - active), sorted(active - set(task_codes))
         if unknown or missing:
             parts = []
@@ -179,6 +212,7 @@ class RunLifecycle:
                 "; ".join(parts) + "; make the DAG's task codes and CFG_TASKS agree (add, rename or retire tasks "
                 "through a project migration, or set task_code= on the DAG's tasks)"
             )
+        return tuple(sorted(c for c, lenient in rows if lenient))
 
     def _intervention(self, cur: Any, pipeline_id: int, run_id: int, action: str, from_status: str | None,
                       to_status: str | None, reason: str, identity: RunIdentity, task_id: int | None = None,
@@ -213,21 +247,21 @@ class RunLifecycle:
         with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn):
             try:
                 with self.engine.transaction(self.conn) as cur:
-                    outcome = self._claim(cur, pipeline_code, identity, task_codes, where)
-                    if task_codes is not None and outcome.action in ("CREATED", "REOPENED", "RESUMED"):
-                        pipeline_id, _ = self._active_pipeline(cur, pipeline_code)
-                        lenient = tuple(self.gates.lenient_tasks(cur, pipeline_id))
-                        outcome = ClaimOutcome(outcome.action, outcome.pipeline_run_id, reason=outcome.reason,
-                                               lenient_tasks=lenient)  # fmt: skip
-                    return outcome
+                    return self._claim(cur, pipeline_code, identity, task_codes, where)
             except self.engine.integrity_error() as exc:
                 raise self._conflict(exc, f"claiming {identity.run_key} for {pipeline_code}") from None
 
     def _claim(self, cur: Any, code: str, identity: RunIdentity, task_codes: Collection[str] | None,
                where: str) -> ClaimOutcome:  # fmt: skip
         pipeline_id, _ = self._active_pipeline(cur, code)
-        if task_codes is not None:
-            self._check_task_codes(cur, pipeline_id, code, task_codes, where)
+        lenient = () if task_codes is None else self._check_task_codes(cur, pipeline_id, code, task_codes, where)
+        outcome = self._claim_run(cur, pipeline_id, code, identity)
+        if lenient and outcome.action in ("CREATED", "REOPENED", "RESUMED"):
+            outcome = ClaimOutcome(outcome.action, outcome.pipeline_run_id, reason=outcome.reason,
+                                   lenient_tasks=lenient)  # fmt: skip
+        return outcome
+
+    def _claim_run(self, cur: Any, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
         rows = [self._run_row(r) for r in self._exec(
             cur,
             "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? "
@@ -407,6 +441,10 @@ class RunLifecycle:
         attempt_number, note = try_number, None
         for _ in range(4):
             try:
+                if note is None and self.engine.writes_in_with:
+                    fast = self._start_task_one_statement(pipeline_code, task_code, identity, attempt_number, log_path)
+                    if fast is not None:
+                        return fast
                 with self.engine.transaction(self.conn) as cur:
                     handle = self._start_task(cur, pipeline_code, task_code, identity, try_number, attempt_number,
                                               note, log_path, upstream_states)  # fmt: skip
@@ -432,6 +470,23 @@ class RunLifecycle:
                                   "run claimed it")  # fmt: skip
             self._reopen_for_task(pipeline_code, *handle, identity, task_code)
         raise StaleTransitionError(f"{identity.run_key} changed while task {task_code} was starting; retry")
+
+    def _start_task_one_statement(self, code: str, task_code: str, identity: RunIdentity, attempt_number: int,
+                                  log_path: str | None) -> AttemptHandle | None:  # fmt: skip
+        """The common case in one round trip (see ``START_ATTEMPT_ONE_STATEMENT``); None: take the full path."""
+        now_db = self._now()[1]
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        cur = self.conn.cursor()
+        try:
+            row = self._exec(cur, START_ATTEMPT_ONE_STATEMENT, (
+                task_code, identity.run_key, code, now_db, attempt_number, owner, now_db, now_db, now_db,
+                socket.gethostname(), os.getpid(), log_path, identity.actor, identity.actor_kind,
+            )).fetchone()  # fmt: skip
+        finally:
+            cur.close()
+        if row is None:
+            return None
+        return AttemptHandle(int(row[2]), int(row[1]), int(row[0]), attempt_number, owner, task_code)
 
     def _attempt_taken(self, code: str, task_code: str, identity: RunIdentity,
                        attempt_number: int) -> tuple[str, int, bool] | None:  # fmt: skip
@@ -585,6 +640,18 @@ class RunLifecycle:
         values = (counts or TaskCounts()).values()
         message = None if error is None else clean_text(error)
         now_db = self._now()[1]
+        if self.engine.writes_in_with and not (status == "SUCCESS" and handle.consumes):
+            cur = self.conn.cursor()
+            try:
+                updated = self._exec(cur, FINISH_ATTEMPT_ONE_STATEMENT, (
+                    status, now_db, now_db, *values, message, handle.attempt_id, handle.owner_id,
+                    TASK_RUN_STATUS[status], now_db, *values, message,
+                )).rowcount  # fmt: skip
+            finally:
+                cur.close()
+            if updated != 1:
+                raise self._closed_by_someone_else(handle)
+            return
         with self.engine.transaction(self.conn) as cur:
             updated = self._exec(
                 cur,
@@ -594,10 +661,7 @@ class RunLifecycle:
                 (status, now_db, now_db, *values, message, handle.attempt_id, handle.owner_id),
             ).rowcount
             if updated != 1:
-                raise StaleTransitionError(
-                    f"attempt {handle.attempt_number} of task {handle.task_code} (ATTEMPT_ID {handle.attempt_id}) "
-                    "was closed by someone else (a later try or the finish task); its result is not recorded"
-                )
+                raise self._closed_by_someone_else(handle)
             self._exec(
                 cur,
                 "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, "
@@ -607,6 +671,13 @@ class RunLifecycle:
             )
             if status == "SUCCESS" and handle.consumes:
                 self.gates.consume_attempt(cur, handle.attempt_id, now_db)
+
+    @staticmethod
+    def _closed_by_someone_else(handle: AttemptHandle) -> StaleTransitionError:
+        return StaleTransitionError(
+            f"attempt {handle.attempt_number} of task {handle.task_code} (ATTEMPT_ID {handle.attempt_id}) "
+            "was closed by someone else (a later try or the finish task); its result is not recorded"
+        )
 
     # -- finish ------------------------------------------------------------------------------------------
 

@@ -129,3 +129,22 @@ def test_two_engine_schemas_in_one_database_do_not_share_locks(make_engine, tmp_
             pass
         with pytest.raises(LockTimeoutError), first.hook().lock("migrate", timeout=0.5):
             pass
+
+
+@pytest.mark.postgres
+def test_the_lock_wait_bound_does_not_outlive_the_wait(make_engine) -> None:
+    """lock_timeout bounds only the advisory-lock wait: it is back to 0 while the lock is held and after a timeout."""
+    setup = make_engine("postgresql")
+    hook = setup.hook()
+    with closing(hook.get_conn()) as conn:
+        lock_timeout = lambda: hook.engine.query(conn, "SHOW lock_timeout")[0][0]  # noqa: E731
+        with hook.engine.lock("pipeline:SALES", timeout=5, conn=conn):
+            assert lock_timeout() == "0"
+            held = hook.engine.query(conn, "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = "
+                                     "pg_backend_pid()")[0][0]  # fmt: skip
+            assert held == 1
+        assert lock_timeout() == "0"
+        with holder(setup, "pipeline:SALES"):
+            with pytest.raises(LockTimeoutError), hook.engine.lock("pipeline:SALES", timeout=0.3, conn=conn):
+                pass
+            assert lock_timeout() == "0"

@@ -35,6 +35,9 @@ class EngineDialect(ABC):
 
     #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
     begin_statement: ClassVar[str] = "BEGIN"
+    #: Whether ``INSERT``/``UPDATE … RETURNING`` may run inside ``WITH`` (PostgreSQL), so that several
+    #: dependent writes go to the server as one atomic statement: one round trip instead of a transaction.
+    writes_in_with: ClassVar[bool] = False
 
     @abstractmethod
     def to_db_time(self, value: datetime) -> Any:

@@ -26,6 +26,7 @@ _CLIENT_KEY = ("private key", "bad decrypt", "group or world access", "client ce
 class PostgresDialect(EngineDialect):
     name = "postgresql"
     placeholder = "%s"
+    writes_in_with = True
 
     def to_db_time(self, value: datetime) -> datetime:
         return value.astimezone(UTC)

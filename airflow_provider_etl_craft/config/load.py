@@ -104,6 +104,10 @@ def load_connector_file(path: Path) -> ConnectorFile:
         raise ConfigurationError(
             f"{path}: the key at line {bad.line} is a list or mapping; keys must be plain names"
         ) from None
+    except RecursionError:
+        raise ConfigurationError(
+            f"{path}: lists or mappings nested too deeply for the YAML parser; flatten the file"
+        ) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""

@@ -88,6 +88,13 @@ def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> I
         except Exception as exc:
             if _sqlstate(exc) != LOCK_NOT_AVAILABLE:
                 raise
+            # The server may grant the lock just as lock_timeout cancels the wait: the error arrives but
+            # the session holds the lock. Sessions never nest these locks, so one unlock gives it back.
+            cur.execute(
+                "SELECT pg_advisory_unlock(%s) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+                "AND classid = %s AND objid = %s AND objsubid = 1",
+                (key, (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+            )
             raise LockTimeoutError(
                 f"lock '{name}' (advisory key {key} for schema {schema}) was not acquired within {timeout:g}s; "
                 "another process holds it — wait for it to finish, or raise the lock timeout"

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,19 +108,19 @@ class Job:
         return self.done >= set(self.workers)
 
     def pump(self, timeout: float) -> None:
-        """Take the reports that arrive within ``timeout`` seconds (at least one wait, at most the timeout)."""
+        """Take the reports that arrive within ``timeout`` seconds into their jobs (this one or another one
+        running at the same time); return early once this job is finished."""
         deadline = time.monotonic() + timeout
-        while True:
+        while not self.finished:
             try:
                 token, index, kind, payload = self.pool.outbox.get(
                     timeout=max(0.0, deadline - time.monotonic())
                 )
             except queue.Empty:
                 return
-            if token == self.token:
-                self.messages.append((index, kind, payload))
-                if self.finished:
-                    return
+            job = self.pool.jobs.get(token)
+            if job is not None:  # else a report of an earlier, failed test: dropped
+                job.messages.append((index, kind, payload))
             if time.monotonic() >= deadline:
                 return
 
@@ -153,6 +152,8 @@ class Pool:
     manager: Any
     pids: dict[int, int]
     broken: bool = False
+    #: Jobs by token: reports are filed into their own job whichever job reads the outbox.
+    jobs: dict[str, Job] = field(default_factory=dict)
 
     @classmethod
     def start(cls, size: int = POOL_SIZE) -> Pool:
@@ -185,6 +186,7 @@ class Pool:
         """Run ``function(hook, report, index=i, **kwargs)`` on each of ``workers``."""
         job = Job(self, uuid.uuid4().hex, tuple(workers), kwargs)
         command = pickle.dumps((function, str(engine.config_path), engine.env, kwargs))
+        self.jobs[job.token] = job
         for index in job.workers:
             self.inboxes[index].put((job.token, command))
         return job
@@ -192,8 +194,10 @@ class Pool:
     def close(self) -> None:
         for inbox in self.inboxes:
             inbox.put(None)
+        deadline = time.monotonic() + 1
         for proc in self.procs:
-            proc.join(timeout=15)
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
             if proc.is_alive():  # stuck (a failed test) or slow to shut Airflow down: end our own child
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.join(timeout=15)
@@ -276,10 +280,3 @@ def children() -> Iterator[list[Child]]:
     yield started
     for child in started:
         child.close()
-
-
-def tally(values: Iterable[str]) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for value in values:
-        counts[value] += 1
-    return dict(counts)

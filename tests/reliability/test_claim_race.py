@@ -10,16 +10,22 @@ from __future__ import annotations
 import time
 from contextlib import closing
 
+import pytest
+
 from airflow_provider_etl_craft.runs import RunIdentity
 from tests.conftest import EngineSetup
 from tests.reliability import workers
 from tests.reliability.conftest import Pool, rows, scalar, seed
 
 WORKERS = 16
-ROUNDS = 3
+ROUNDS = 5
 PIPELINE, TASK = "RACE", "WORK"
-#: A short pipeline-lock timeout, so refusals (LOCK_TIMEOUT) are possible under contention and counted.
-LOCK_TIMEOUT = 2.0
+#: Pipeline-lock timeouts: even workers wait long, odd ones briefly, so LOCK_TIMEOUT refusals happen and are
+#: counted (on PostgreSQL this also races lock grants against lock_timeout: see
+#: test_a_lock_timeout_never_leaves_the_advisory_lock_held below).
+LOCK_TIMEOUT = 5.0
+SHORT_LOCK_TIMEOUT = {"sqlite": 0.02, "postgresql": 0.02}
+LEAK_HUNT_SECONDS = 15.0
 RACE_DEADLINE = 150.0
 #: Claim outcomes a worker may see here (nobody reuses a key, nothing is paused or gated).
 ALLOWED = {"CREATED", "BLOCKED", "REFUSED:LockTimeoutError", "REFUSED:StaleTransitionError",
@@ -31,7 +37,7 @@ def test_sixteen_processes_claiming_one_pipeline_never_overlap_and_lose_nothing(
     seed(engine, {PIPELINE: [TASK]})
     go = pool.barrier(WORKERS + 1)
     job = pool.send(workers.claim_race, engine, range(WORKERS), pipeline=PIPELINE, task=TASK, rounds=ROUNDS,
-                    lock_timeout=LOCK_TIMEOUT, deadline_s=RACE_DEADLINE, start=go)  # fmt: skip
+                    lock_timeout=LOCK_TIMEOUT, short_lock_timeout=SHORT_LOCK_TIMEOUT[engine.dialect], deadline_s=RACE_DEADLINE, start=go)  # fmt: skip
     go.wait(timeout=120)
     started = time.monotonic()
 
@@ -111,3 +117,19 @@ def test_the_unique_index_refuses_a_second_in_progress_run_even_without_the_lock
         outcome = lc.claim(PIPELINE, RunIdentity("race_dag", "after_raw_inserts"))
     assert outcome.action == "BLOCKED" and outcome.blocking is not None
     assert outcome.blocking.run_key.startswith("raw:")
+
+
+@pytest.mark.parametrize("engine", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+def test_a_lock_timeout_never_leaves_the_advisory_lock_held(engine: EngineSetup, pool: Pool) -> None:
+    """Eight processes take ``pipeline:RACE`` in turns; four wait only 20 ms. After every LockTimeoutError the
+    refused process asks PostgreSQL whether its session holds an advisory lock anyway: it must never."""
+    seed(engine, {PIPELINE: [TASK]})
+    found = pool.manager.Event()
+    job = pool.send(workers.lock_hammer, engine, range(8), name=f"pipeline:{PIPELINE}", seconds=LEAK_HUNT_SECONDS,
+                    short_timeout=0.02, long_timeout=LOCK_TIMEOUT, found_leak=found)  # fmt: skip
+    job.wait(timeout=LEAK_HUNT_SECONDS + 120)
+    results = [payload for _, payload in job.of_kind("HAMMER")]
+    assert sum(r["held"] for r in results) > 0
+    assert sum(r["timeouts"] for r in results) > 0  # refusals happened
+    leaks = [r for r in results if r["leaks"]]
+    assert leaks == [], f"LockTimeoutError raised while the session still held the lock: {leaks}"

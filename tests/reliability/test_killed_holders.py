@@ -21,7 +21,7 @@ from tests.reliability.conftest import Child, rows, scalar, seed
 PIPELINE, TASK = "KILLED", "STEP"
 #: The timeout the test process waits with after the kill; "at once" means well under it.
 WAIT = 20.0
-AT_ONCE = 3.0
+AT_ONCE = 5.0
 
 
 def identity(run_id: str) -> RunIdentity:

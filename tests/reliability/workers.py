@@ -16,6 +16,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any
 
 from airflow_provider_etl_craft.errors import EtlCraftError, LockTimeoutError, StaleTransitionError
@@ -49,9 +50,10 @@ def worker_main(index: int, inbox: Any, outbox: Any) -> None:
             report("DONE", None)
 
 
-def _count_in_progress(lc: Any, pipeline_code: str) -> list[int]:
-    rows = lc.engine.query(
-        lc.conn,
+def _in_progress(hook: EngineDBHook, conn: Any, pipeline_code: str) -> list[int]:
+    """The pipeline's IN-PROGRESS run ids, read on ``conn`` (autocommit: the latest committed state)."""
+    rows = hook.engine.query(
+        conn,
         "SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
         "WHERE p.PIPELINE_CODE = ? AND r.STATUS = 'IN-PROGRESS'",
         (pipeline_code,),
@@ -63,13 +65,17 @@ def _count_in_progress(lc: Any, pipeline_code: str) -> list[int]:
 
 
 def claim_race(hook: EngineDBHook, report: Report, *, index: int, pipeline: str, task: str, rounds: int,
-               lock_timeout: float, deadline_s: float, start: Any) -> None:  # fmt: skip
+               lock_timeout: float, short_lock_timeout: float, deadline_s: float, start: Any) -> None:  # fmt: skip
     """Claim ``rounds`` runs of ``pipeline`` with keys of our own, retrying while BLOCKED or refused; run each
-    one's task and finish it. Reports ``RUN`` per run, then ``TALLY`` with every claim outcome seen."""
+    one's task and finish it. Reports ``RUN`` per run, then ``TALLY`` with every claim outcome seen.
+
+    Odd workers wait only ``short_lock_timeout`` for the pipeline lock, so some of their claims and finishes
+    are refused with LOCK_TIMEOUT (and retried, as Airflow would)."""
     rng = random.Random(index)
     tally: Counter[str] = Counter()
     refusals: list[str] = []
-    with hook.lifecycle(lock_timeout=lock_timeout) as lc:
+    probe = hook.get_conn()
+    with closing(probe), hook.lifecycle(lock_timeout=short_lock_timeout if index % 2 else lock_timeout) as lc:
         start.wait(timeout=BARRIER_TIMEOUT)  # every worker and the test: go
         deadline = time.monotonic() + deadline_s
         for j in range(rounds):
@@ -95,7 +101,7 @@ def claim_race(hook: EngineDBHook, report: Report, *, index: int, pipeline: str,
             if outcome.action != "CREATED":  # RESUMED / REOPENED / anything new: nobody reuses our keys
                 report("UNEXPECTED", (identity.run_key, outcome.action, outcome.pipeline_run_id))
                 continue
-            live = _count_in_progress(lc, pipeline)
+            live = _in_progress(hook, probe, pipeline)
             handle = lc.start_task(pipeline, task, identity, 1)
             lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=index * 1000 + j))
             while True:
@@ -107,6 +113,7 @@ def claim_race(hook: EngineDBHook, report: Report, *, index: int, pipeline: str,
                     refusals.append(f"finish: {exc}"[:300])
                     if time.monotonic() > deadline:
                         raise
+                    time.sleep(rng.uniform(0.001, 0.01))
             report("RUN", {"run_key": identity.run_key, "run_id": outcome.pipeline_run_id, "live": live,
                            "status": finished.status, "blocked": blocked, "refused": refused,
                            "rows_written": index * 1000 + j})  # fmt: skip
@@ -135,6 +142,37 @@ def raw_in_progress_insert(
             report("INSERT", "INSERTED" if inserted == 1 else f"ROWCOUNT {inserted}")
     finally:
         conn.close()
+
+
+def lock_hammer(hook: EngineDBHook, report: Report, *, index: int, name: str, seconds: float, short_timeout: float,
+                long_timeout: float, found_leak: Any) -> None:  # fmt: skip
+    """Take and release ``name`` on one PostgreSQL connection for ``seconds`` (odd workers: ``short_timeout``).
+
+    After each LockTimeoutError, look in pg_locks whether this session holds an advisory lock all the same (a
+    leak); report it, release it so the others can go on, and tell the siblings to stop.
+    """
+    conn = hook.get_conn()
+    held = timeouts = leaks = 0
+    timeout = short_timeout if index % 2 else long_timeout
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline and not found_leak.is_set():
+            try:
+                with hook.lock(name, timeout=timeout, conn=conn):
+                    held += 1
+                    time.sleep(0.001)
+            except LockTimeoutError:
+                timeouts += 1
+                with conn.cursor() as cur:
+                    cur.execute("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                                "AND pid = pg_backend_pid()")  # fmt: skip
+                    if cur.fetchone()[0]:
+                        leaks += 1
+                        found_leak.set()
+                        cur.execute("SELECT pg_advisory_unlock_all()")
+    finally:
+        conn.close()
+    report("HAMMER", {"held": held, "timeouts": timeouts, "leaks": leaks, "timeout": timeout})
 
 
 # -- 2. duplicate delivery ----------------------------------------------------------------------------------
@@ -239,3 +277,8 @@ def soak_writer(hook: EngineDBHook, report: Report, *, index: int, mode: str, se
 def fail_on_purpose(hook: EngineDBHook, report: Report, *, index: int) -> None:
     """A command that raises: the pool must report it as ERROR and stay usable."""
     raise EtlCraftError(f"worker {index} fails on purpose")
+
+
+def ping(hook: EngineDBHook, report: Report, *, index: int) -> None:
+    """Answer with our pid and whether the Engine profile resolves (a liveness check of the pool)."""
+    report("PONG", (os.getpid(), hook.engine_profile.dialect_name))

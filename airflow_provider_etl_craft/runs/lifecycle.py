@@ -515,16 +515,18 @@ class RunLifecycle:
             "SELECT t.TASK_ID, r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION, "
             "t.RUN_CONDITION, t.RUN_CONDITION_COUNT, (SELECT COUNT(*) FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = "
             "t.TASK_ID AND d.ACTIVE_FLAG = 'Y'), (SELECT COUNT(*) FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = "
-            "p.PIPELINE_ID AND pp.RESUMED_AT IS NULL) FROM CFG_PIPELINES p "
+            "p.PIPELINE_ID AND pp.RESUMED_AT IS NULL), (SELECT COUNT(*) FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la "
+            "ON la.TASK_RUN_ID = ltr.TASK_RUN_ID WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
+            "AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND la.ATTEMPT_NUMBER < ?) FROM CFG_PIPELINES p "
             "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
             "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
             "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' FOR SHARE",
-            (task_code, identity.run_key, code),
+            (attempt_number, task_code, identity.run_key, code),
         ).fetchone()  # fmt: skip
         if row is None:
             self._explain_missing(cur, code, task_code, identity)
         task_id, run = int(row[0]), self._run_row(row[1:9])
-        condition, condition_count, n_edges, paused = row[9], row[10], int(row[11]), int(row[12])
+        condition, condition_count, n_edges, paused, earlier_live = row[9], row[10], int(row[11]), int(row[12]), int(row[13])
         if run.status != "IN-PROGRESS":
             return run, task_id
         if paused:
@@ -541,14 +543,15 @@ class RunLifecycle:
             if verdict.result == WAIT:
                 raise GateWaiting(f"task {task_code}: {verdict.reason}")
         now_db = self._now()[1]
-        self._exec(
-            cur,
-            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
-            "AND ATTEMPT_NUMBER < ? AND TASK_RUN_ID = "
-            "(SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?)",
-            (now_db, f"lost: Airflow started try {try_number} while this attempt was still live (its worker ended "
-             "without recording)", attempt_number, task_id, run.pipeline_run_id),
-        )  # fmt: skip
+        if earlier_live:  # an earlier try's worker died without recording: close its attempt LOST
+            self._exec(
+                cur,
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+                "AND ATTEMPT_NUMBER < ? AND TASK_RUN_ID = "
+                "(SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?)",
+                (now_db, f"lost: Airflow started try {try_number} while this attempt was still live (its worker ended "
+                 "without recording)", attempt_number, task_id, run.pipeline_run_id),
+            )  # fmt: skip
         (task_run_id,) = self._exec(
             cur,
             "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "

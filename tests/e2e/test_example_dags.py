@@ -46,6 +46,8 @@ def test_demo_runs_the_example_pipeline_and_prints_the_aud_rows_it_wrote(tmp_pat
     attempts = [line.split() for line in section(out, "AUD_TASK_ATTEMPTS")]
     assert sorted((a[2], a[3], a[4]) for a in attempts) == [
         ("BUILD_SALES_MART", "1", "SUCCESS"), ("EXTRACT_ORDERS", "1", "SUCCESS"), ("LOAD_ORDERS", "1", "SUCCESS")]
+    decisions = [line.split()[3:5] for line in section(out, "AUD_GATE_DECISIONS")]
+    assert decisions == [["LOAD_ORDERS", "SATISFIED"], ["BUILD_SALES_MART", "SATISFIED"]]  # its CFG_TASK_DEPENDENCY
     assert (tmp_path / "demo" / "project" / "warehouse" / "warehouse.db").is_file()
 
 

@@ -38,7 +38,11 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": [],
-    "relabeling": {"schema": "Database", "login": "User", "password": "Secret (password, token, client secret or key passphrase)"},
+    "relabeling": {
+        "schema": "Database",
+        "login": "User",
+        "password": "Secret (password, token, client secret or key passphrase)",
+    },
     "placeholders": {"host": "db.internal (inline PostgreSQL)", "schema": "etl_craft", "port": "5432"},
 }
 
@@ -74,7 +78,10 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "task-decorators": [
-            {"name": "etl_craft", "class-name": "airflow_provider_etl_craft.decorators.etl_craft_task.etl_craft_task"}
+            {
+                "name": "etl_craft",
+                "class-name": "airflow_provider_etl_craft.decorators.etl_craft_task.etl_craft_task",
+            }
         ],
         "connection-types": [
             {

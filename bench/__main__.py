@@ -42,15 +42,25 @@ BOOK_PIPELINE = "BENCH_BOOK"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run: few runs, short windows, 1 and 2 procs")
-    parser.add_argument("--runs", type=int, help="part 1: pipeline runs per dialect and mode (default 30; quick 3)")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="JSON results file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a fast smoke run: few runs, short windows, 1 and 2 procs"
+    )
+    parser.add_argument(
+        "--runs", type=int, help="part 1: pipeline runs per dialect and mode (default 30; quick 3)"
+    )
     parser.add_argument("--tasks", type=int, help="part 1: tasks per pipeline run (default 10; quick 3)")
-    parser.add_argument("--seconds", type=float, help="part 2: seconds per measurement (default 8; quick 1.5)")
+    parser.add_argument(
+        "--seconds", type=float, help="part 2: seconds per measurement (default 8; quick 1.5)"
+    )
     parser.add_argument("--procs", help="part 2: process counts, comma-separated (default 1,4,16; quick 1,2)")
     parser.add_argument("--contention-tasks", type=int, default=3, help="part 2: tasks per run (default 3)")
     parser.add_argument("--dag-tasks", type=int, help="part 3: tasks in the DAG (default 20; quick 5)")
-    parser.add_argument("--dag-repeats", type=int, help="part 3: measured runs of each DAG (default 4; quick 1)")
+    parser.add_argument(
+        "--dag-repeats", type=int, help="part 3: measured runs of each DAG (default 4; quick 1)"
+    )
     parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow"],
                         help="leave a part out (repeatable)")  # fmt: skip
     parser.add_argument("--keep-workdir", action="store_true", help="keep the temporary work directory")
@@ -76,7 +86,10 @@ def run_airflow_part(workdir: Path, tasks: int, repeats: int) -> dict[str, Any]:
     out, log_path = folder / "result.json", folder / "dag-test.log"
     cmd = [sys.executable, "-m", "bench.airflow_overhead", "--workdir", str(folder), "--out", str(out),
            "--tasks", str(tasks), "--repeats", str(repeats)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     with log_path.open("w") as sink:
         done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     if done.returncode != 0 or not out.exists():
@@ -110,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"part 1, SQLite: {args.runs} runs x 2 modes of claim + {args.tasks} tasks + finish")
             hook = engines.init_engine(engines.sqlite_engine(workdir / "sqlite"))
             engines.seed_pipelines(hook, [(BOOK_PIPELINE, codes)])
-            results["bookkeeping"]["sqlite"] = bookkeeping.measure(hook, "sqlite", BOOK_PIPELINE, codes, args.runs)
+            results["bookkeeping"]["sqlite"] = bookkeeping.measure(
+                hook, "sqlite", BOOK_PIPELINE, codes, args.runs
+            )
 
         if not {"postgresql", "contention"} <= set(args.skip):
             log("starting a throwaway PostgreSQL cluster")
@@ -125,9 +140,16 @@ def main(argv: list[str] | None = None) -> int:
                     hook, "postgresql", BOOK_PIPELINE, codes, args.runs, pg.statement_count
                 )
             if "contention" not in args.skip:
-                log(f"part 2, contention: {args.procs} processes, {args.seconds:g} s each, lifecycle and baseline")
+                log(
+                    f"part 2, contention: {args.procs} processes, {args.seconds:g} s each, lifecycle and baseline"
+                )
                 results["contention"] = contention.measure(
-                    pg.config_path, hook, args.procs, args.seconds, engines.task_codes(args.contention_tasks), log
+                    pg.config_path,
+                    hook,
+                    args.procs,
+                    args.seconds,
+                    engines.task_codes(args.contention_tasks),
+                    log,
                 )
             results["machine"] = engines.machine(pg)
             pg.stop()
@@ -150,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     results.setdefault("machine", engines.machine(None))
-    results["machine"]["load_average"] = {"at_start": results.pop("load_average_at_start"), "at_end": os.getloadavg()}
+    results["machine"]["load_average"] = {
+        "at_start": results.pop("load_average_at_start"),
+        "at_end": os.getloadavg(),
+    }
     results["targets"] = report.targets(results)
     results["took_s"] = time.perf_counter() - started
     text = report.render(results)
@@ -164,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nerror: {failure}", file=sys.stderr)
     checks = [part["fresh"]["check"] for part in results["bookkeeping"].values()]
     if any(check.get("match") is False for check in checks):
-        print("error: the round-trip counter disagrees with the independent count (see above)", file=sys.stderr)
+        print(
+            "error: the round-trip counter disagrees with the independent count (see above)", file=sys.stderr
+        )
         return 1
     return 1 if failures else 0
 

@@ -95,7 +95,9 @@ def migrate_airflow_db() -> float:
     """``airflow db migrate`` with the venv's console script; returns the seconds it took."""
     started = time.perf_counter()
     airflow = Path(sys.executable).with_name("airflow")
-    done = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True, env=os.environ.copy())
+    done = subprocess.run(
+        [str(airflow), "db", "migrate"], capture_output=True, text=True, env=os.environ.copy()
+    )
     if done.returncode != 0:
         raise RuntimeError(f"`airflow db migrate` failed:\n{done.stderr[-3000:]}")
     return time.perf_counter() - started
@@ -104,7 +106,11 @@ def migrate_airflow_db() -> float:
 def write_and_load(dags: Path, template: str, dag_id: str, tasks: int) -> Any:
     """Write a DAG file into the DAGs folder and load its ``dag`` (dag.test() needs the file there)."""
     path = dags / f"{dag_id}.py"
-    text = template.replace("__DAG_ID__", dag_id).replace("__N__", str(tasks)).replace("__PIPELINE__", PIPELINE_CODE)
+    text = (
+        template.replace("__DAG_ID__", dag_id)
+        .replace("__N__", str(tasks))
+        .replace("__PIPELINE__", PIPELINE_CODE)
+    )
     path.write_text(text)
     spec = importlib.util.spec_from_file_location(f"bench_dag_{dag_id}", path)
     assert spec is not None and spec.loader is not None

@@ -59,8 +59,13 @@ def run_pipeline(lifecycle_for: Callable[[str], AbstractContextManager[Any]], pi
         raise RuntimeError(f"claim of {identity.run_key} returned {outcome.action}, expected CREATED")
     for code in codes:
         handle = step("start_task", lambda lc, code=code: lc.start_task(pipeline_code, code, identity, 1))
-        step("finish_task", lambda lc, handle=handle: lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=1)))
-    finished = step("finish_run", lambda lc: lc.finish_run(pipeline_code, identity, dict.fromkeys(codes, "success")))
+        step(
+            "finish_task",
+            lambda lc, handle=handle: lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=1)),
+        )
+    finished = step(
+        "finish_run", lambda lc: lc.finish_run(pipeline_code, identity, dict.fromkeys(codes, "success"))
+    )
     if finished.status != "SUCCESS":
         raise RuntimeError(f"run {identity.run_key} ended {finished.status}, expected SUCCESS")
 
@@ -107,10 +112,13 @@ def _counts(counter: RoundTripCounter, runs: int, n_tasks: int) -> dict[str, Any
     per_run = {op: counter.round_trips(op) / runs for op in (*OPERATIONS, CONNECT_OP)}
     return {
         "operations": ops,
-        "connect": {"connections": counter.calls[CONNECT_OP], "per_connection": connect,
-                    "sent_per_connection": counter.statements_per_call(CONNECT_OP),
-                    "connect_ms": _ms(counter.connect_seconds) if counter.connect_seconds else None,
-                    "close_ms": _ms(counter.close_seconds) if counter.close_seconds else None},  # fmt: skip
+        "connect": {
+            "connections": counter.calls[CONNECT_OP],
+            "per_connection": connect,
+            "sent_per_connection": counter.statements_per_call(CONNECT_OP),
+            "connect_ms": _ms(counter.connect_seconds) if counter.connect_seconds else None,
+            "close_ms": _ms(counter.close_seconds) if counter.close_seconds else None,
+        },  # fmt: skip
         "per_run": per_run,
         "per_run_total": sum(per_run.values()),
         "per_run_statements": sum(counter.statements(op) for op in (*OPERATIONS, CONNECT_OP)) / runs,
@@ -165,7 +173,9 @@ def measure(hook: Any, dialect: str, pipeline_code: str, codes: tuple[str, ...],
         for _ in range(runs):
             started = time.perf_counter()
             with hook.lifecycle(LOCK_TIMEOUT) as lc:
-                run_pipeline(_shared(lc, shared_counter), pipeline_code, codes, new_identity(DAG_ID), shared_timings)
+                run_pipeline(
+                    _shared(lc, shared_counter), pipeline_code, codes, new_identity(DAG_ID), shared_timings
+                )
             shared_wall.append(time.perf_counter() - started)
     finally:
         restore()

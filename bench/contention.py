@@ -155,8 +155,12 @@ class WorkerPool:
         self.outbox: Any = ctx.Queue()
         self.inboxes: list[Any] = [ctx.Queue() for _ in range(size)]
         self.processes = [
-            ctx.Process(target=worker_main, args=(i, str(config_path), self.inboxes[i], self.outbox),
-                        name=f"bench-worker-{i}", daemon=True)  # fmt: skip
+            ctx.Process(
+                target=worker_main,
+                args=(i, str(config_path), self.inboxes[i], self.outbox),
+                name=f"bench-worker-{i}",
+                daemon=True,
+            )  # fmt: skip
             for i in range(size)
         ]
         for process in self.processes:
@@ -172,7 +176,9 @@ class WorkerPool:
             except queue.Empty:
                 dead = [p.name for p in self.processes if not p.is_alive()]
                 if dead or time.monotonic() > deadline:
-                    raise RuntimeError(f"workers stopped answering while waiting for '{what}' (dead: {dead})") from None
+                    raise RuntimeError(
+                        f"workers stopped answering while waiting for '{what}' (dead: {dead})"
+                    ) from None
                 continue
             if kind == "error":
                 raise RuntimeError(f"worker {index} failed:\n{value}")
@@ -240,9 +246,14 @@ def measure(config_path: Path, hook: Any, procs_list: tuple[int, ...], seconds: 
                 "baseline_tx_per_s": baseline["per_second"],
                 "ratio": runs_per_s * tx_per_run / baseline["per_second"] if baseline["per_second"] else None,
                 "lifecycle_statements_per_s": lifecycle["statements_per_second"],
-                "statements_per_run": lifecycle["statements"] / lifecycle["completed"] if lifecycle["completed"] else None,
-                "statement_ratio": (lifecycle["statements_per_second"] / baseline["statements_per_second"]
-                                    if baseline["statements_per_second"] else None),
+                "statements_per_run": lifecycle["statements"] / lifecycle["completed"]
+                if lifecycle["completed"]
+                else None,
+                "statement_ratio": (
+                    lifecycle["statements_per_second"] / baseline["statements_per_second"]
+                    if baseline["statements_per_second"]
+                    else None
+                ),
                 "lifecycle": lifecycle,
                 "baseline": baseline,
             }

@@ -190,7 +190,9 @@ class CountingConnection:
         return CountingCursor(self._raw.executemany(operation, params), self._counter)
 
     def executescript(self, script: str) -> CountingCursor:
-        self._counter.hit("execute", statement=script)  # one call with the whole script, like one multi-statement PG message
+        self._counter.hit(
+            "execute", statement=script
+        )  # one call with the whole script, like one multi-statement PG message
         return CountingCursor(self._raw.executescript(script), self._counter)
 
     def commit(self) -> None:

@@ -22,7 +22,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
     align = align or "l" + "r" * (len(headers) - 1)
 
     def line(row: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align, strict=True))
+        return "  ".join(
+            c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align, strict=True)
+        )
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])]).rstrip()
@@ -56,15 +58,30 @@ def bookkeeping_section(results: dict[str, dict[str, Any]]) -> str:
     targets = {"start_task": f"<= {START_TASK_TARGET}", "finish_task": f"<= {FINISH_TASK_TARGET}"}
     rows: list[list[Any]] = []
     for op in OPERATIONS:
-        rows.append([f"{op} (statements per call)", *(_n(_rt(results[d], op)) for d in dialects), targets.get(op, "")])
+        rows.append(
+            [f"{op} (statements per call)", *(_n(_rt(results[d], op)) for d in dialects), targets.get(op, "")]
+        )
     for d_row, key in (("connect: login/open + setup statements", "per_connection"),):
-        rows.append([d_row, *(_connect_cell(results[d]["fresh"]["round_trips"]["connect"][key]) for d in dialects), ""])
+        rows.append(
+            [
+                d_row,
+                *(_connect_cell(results[d]["fresh"]["round_trips"]["connect"][key]) for d in dialects),
+                "",
+            ]
+        )
     rt = {d: results[d]["fresh"]["round_trips"] for d in dialects}
-    rows.append(["connections per run (one per step)", *(_n(rt[d]["connections_per_run"]) for d in dialects), ""])
+    rows.append(
+        ["connections per run (one per step)", *(_n(rt[d]["connections_per_run"]) for d in dialects), ""]
+    )
     rows.append(["round trips per run, steps only", *(_n(sum(rt[d]["per_run"][op] for op in OPERATIONS))
                                                       for d in dialects), ""])  # fmt: skip
-    rows.append(["round trips per run, with connections", *(_n(rt[d]["per_run_total"]) for d in dialects), ""])
-    for label, mode in (("wall ms per run, connection per step", "fresh"), ("wall ms per run, one connection", "shared")):
+    rows.append(
+        ["round trips per run, with connections", *(_n(rt[d]["per_run_total"]) for d in dialects), ""]
+    )
+    for label, mode in (
+        ("wall ms per run, connection per step", "fresh"),
+        ("wall ms per run, one connection", "shared"),
+    ):
         rows.append([f"{label} (median / p95)",
                      *(f"{results[d][mode]['wall_ms']['median']:.1f} / {results[d][mode]['wall_ms']['p95']:.1f}"
                        for d in dialects), ""])  # fmt: skip
@@ -78,7 +95,9 @@ def bookkeeping_section(results: dict[str, dict[str, Any]]) -> str:
         check = results[d]["fresh"]["check"]
         if "server" in check:
             verdict = "match" if check["match"] else "MISMATCH"
-            checks.append(f"  {names[d]}: proxy {check['proxy']} vs {check['method']} {check['server']}: {verdict}")
+            checks.append(
+                f"  {names[d]}: proxy {check['proxy']} vs {check['method']} {check['server']}: {verdict}"
+            )
         else:
             checks.append(f"  {names[d]}: {check['method']} ({check['proxy']})")
     body = table(["", *(names[d] for d in dialects), "target"], rows)
@@ -140,13 +159,24 @@ def airflow_section(result: dict[str, Any] | None) -> str:
             "each after one warm-up")  # fmt: skip
     rows = [
         ["plain", f"{result['plain_median_s']:.2f}", " ".join(f"{t:.2f}" for t in result["plain_s"]), ""],
-        ["recorded", f"{result['recorded_median_s']:.2f}", " ".join(f"{t:.2f}" for t in result["recorded_s"]), ""],
-        ["recorded / plain", f"{result['ratio']:.2f}x", f"+{result['extra_ms_per_task']:.0f} ms per task",
-         f"<= {AIRFLOW_TARGET:.2f}x"],
+        [
+            "recorded",
+            f"{result['recorded_median_s']:.2f}",
+            " ".join(f"{t:.2f}" for t in result["recorded_s"]),
+            "",
+        ],
+        [
+            "recorded / plain",
+            f"{result['ratio']:.2f}x",
+            f"+{result['extra_ms_per_task']:.0f} ms per task",
+            f"<= {AIRFLOW_TARGET:.2f}x",
+        ],
     ]
-    extra = (f"   (the recorded DAG runs {result['tasks'] + 2} tasks: a plain task costs "
-             f"{result['plain_ms_per_task']:.0f} ms, so claim + finish alone would be about "
-             f"{2 * result['plain_ms_per_task'] / 1000:.2f} s of the difference — an estimate, not measured)")
+    extra = (
+        f"   (the recorded DAG runs {result['tasks'] + 2} tasks: a plain task costs "
+        f"{result['plain_ms_per_task']:.0f} ms, so claim + finish alone would be about "
+        f"{2 * result['plain_ms_per_task'] / 1000:.2f} s of the difference — an estimate, not measured)"
+    )
     return f"{head}\n" + table(["DAG", "median s", "runs (s)", "target"], rows, "lrll") + f"\n{extra}"
 
 

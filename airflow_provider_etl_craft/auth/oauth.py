@@ -46,7 +46,11 @@ def fetch_token(profile: EngineProfile) -> str:
     where = f"{profile.origin}: {profile.setting('token_url')} ({_shown(url)})"
     _check_url(url, where)
     secret = profile.secrets["secret"]
-    form = {"grant_type": "client_credentials", "client_id": profile.fields["client_id"], "client_secret": secret}
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": profile.fields["client_id"],
+        "client_secret": secret,
+    }
     if profile.fields.get("scope"):
         form["scope"] = profile.fields["scope"]
     try:
@@ -67,8 +71,12 @@ def fetch_token(profile: EngineProfile) -> str:
             f"check {profile.setting('client_id')}, the client secret ({profile.setting('secret')}) and scope"
         )
     if not isinstance(body, dict):
-        kind = _scrub(response.headers.get("content-type", "no content type").split(";")[0].strip()[:100], secret)
-        raise ConfigurationError(f"{where}: the token endpoint answered HTTP 200 without a JSON object ({kind})")
+        kind = _scrub(
+            response.headers.get("content-type", "no content type").split(";")[0].strip()[:100], secret
+        )
+        raise ConfigurationError(
+            f"{where}: the token endpoint answered HTTP 200 without a JSON object ({kind})"
+        )
     token = body.get("access_token")
     if not isinstance(token, str) or not token:
         keys = ", ".join(sorted(_scrub(str(k)[:50], secret) for k in body)) or "none"
@@ -83,7 +91,9 @@ def fetch_token(profile: EngineProfile) -> str:
 def _check_url(url: str, where: str) -> None:
     parts = urlsplit(url)
     if parts.username or parts.password:
-        raise ConfigurationError(f"{where}: put no credentials in token_url; the client secret comes from secret")
+        raise ConfigurationError(
+            f"{where}: put no credentials in token_url; the client secret comes from secret"
+        )
     if parts.scheme == "https" and parts.hostname:
         return
     if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):

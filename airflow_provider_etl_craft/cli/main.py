@@ -70,14 +70,19 @@ def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[
             line("WARN", "tables: no Engine tables yet; run `etl-craft-airflow init-db`")
             return 0
         if present != ENGINE_TABLES:
-            line("FAIL", f"tables: partial Engine schema, missing {', '.join(sorted(ENGINE_TABLES - present))}")
+            line(
+                "FAIL", f"tables: partial Engine schema, missing {', '.join(sorted(ENGINE_TABLES - present))}"
+            )
             return 12
         line(" OK ", f"tables: all {len(ENGINE_TABLES)} Engine tables present")
         with _stage("migrations"):
             project_dir = find_migrations_dir(args.migrations_dir, profile.base_dir)
             pending = pending_migrations(engine, conn, migration_files(engine.name, project_dir))
     if pending:
-        line("WARN", f"migrations: {len(pending)} pending ({', '.join(p.label for p in pending)}); run `migrate`")
+        line(
+            "WARN",
+            f"migrations: {len(pending)} pending ({', '.join(p.label for p in pending)}); run `migrate`",
+        )
     else:
         line(" OK ", "migrations: none pending")
     return 0
@@ -220,8 +225,10 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "init-db": (_init_db, "create the Engine tables (safe to repeat: an up-to-date Engine DB is left alone)"),
     "migrate": (_migrate, "init-db if needed, then apply packaged and project migrations in file-name order"),
     "check": (_check, "check settings, secrets, connection, schema, tables and pending migrations"),
-    "status": (_status, "show a pipeline, its open pause, and its running (else latest) run with task runs "
-                        "and attempts"),
+    "status": (
+        _status,
+        "show a pipeline, its open pause, and its running (else latest) run with task runs and attempts",
+    ),
     "history": (_history, "show a pipeline's most recent runs, newest first, with task runs and attempts"),
     "pause": (_pause, "pause a pipeline: its DAG runs' claims skip, running runs start no new task"),
     "resume": (_resume, "end a pipeline's pause"),
@@ -237,7 +244,9 @@ def _at_least_one(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of runs (1 or more), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of runs (1 or more), got {text!r}"
+        ) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
@@ -261,8 +270,12 @@ def _default_actor() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
-                        help="craft-connector.yml (default: $ETL_CRAFT_CONFIG, else search upwards from here)")
+    common.add_argument(
+        "--config",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="craft-connector.yml (default: $ETL_CRAFT_CONFIG, else search upwards from here)",
+    )
     common.add_argument("--profile", metavar="NAME", default=argparse.SUPPRESS,
                         help="Engine profile (default: Engine.Profile, Secrets.Profile, or the only one)")  # fmt: skip
     parser = argparse.ArgumentParser(
@@ -279,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
             _add_view_arguments(cmd, name)
             continue
         if name in PAUSES:
-            cmd.add_argument("--pipeline", required=True, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES")
+            cmd.add_argument(
+                "--pipeline", required=True, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
+            )
             cmd.add_argument("--reason", required=True, help="why (stored in AUD_PIPELINE_PAUSES)")
             cmd.add_argument("--by", default=_default_actor(), metavar="NAME",
                              help="who (default: the login name; stored with kind HUMAN)")  # fmt: skip

@@ -61,8 +61,8 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
                 "or an extra config_path pointing at craft-connector.yml"
             )
         query = urlencode({k: str(v) for k, v in extras.items() if k in DRIVER_SETTINGS})
-        settings["jdbc_url"] = (
-            f"jdbc:postgresql://{conn.host}:{conn.port or 5432}/{quote(conn.schema)}" + (f"?{query}" if query else "")
+        settings["jdbc_url"] = f"jdbc:postgresql://{conn.host}:{conn.port or 5432}/{quote(conn.schema)}" + (
+            f"?{query}" if query else ""
         )
     if conn.login:
         settings["user"] = conn.login

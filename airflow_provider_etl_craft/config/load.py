@@ -93,7 +93,9 @@ def load_connector_file(path: Path) -> ConnectorFile:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"{path}: cannot read the file ({type(exc).__name__}); check it exists and is UTF-8") from None
+        raise ConfigurationError(
+            f"{path}: cannot read the file ({type(exc).__name__}); check it exists and is UTF-8"
+        ) from None
     try:
         document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
     except _DuplicateKey as dup:

@@ -70,7 +70,9 @@ def load_engine_profile(config_path: str | Path | None = None, profile: str | No
     source = build_source(connector.secrets, connector.base_dir, path)
     name = select_profile(connector.profiles, connector.engine, connector.secrets, source, profile, str(path))
     resolver = Resolver(source, name, str(path))
-    return build_profile(name, connector.profiles[name], resolver, str(path), f"Engine.{name}", connector.base_dir)
+    return build_profile(
+        name, connector.profiles[name], resolver, str(path), f"Engine.{name}", connector.base_dir
+    )
 
 
 def select_profile(
@@ -83,7 +85,9 @@ def select_profile(
 ) -> str:
     """Choose the active profile: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one."""
     if not profiles:
-        raise ConfigurationError(f"{origin}: Engine has no profiles; add one, e.g. Engine: {{dev: {{jdbc_url: …}}}}")
+        raise ConfigurationError(
+            f"{origin}: Engine has no profiles; add one, e.g. Engine: {{dev: {{jdbc_url: …}}}}"
+        )
     plain = Resolver(source, "", origin)
     chosen, where, written = explicit, "the requested profile", explicit
     for section, mapping in (("Engine", engine), ("Secrets", secrets)):
@@ -140,7 +144,9 @@ def build_profile(
 
     url = resolver.value(setting("jdbc_url"), settings.get("jdbc_url"))
     if not url:
-        raise ConfigurationError(f"{origin}: {setting('jdbc_url')} is required, e.g. jdbc:sqlite:engine/etl-craft.db")
+        raise ConfigurationError(
+            f"{origin}: {setting('jdbc_url')} is required, e.g. jdbc:sqlite:engine/etl-craft.db"
+        )
     target = parse_jdbc_url(url, f"{origin}: {setting('jdbc_url')}", base_dir)
     schema_raw = resolver.value(setting("schema"), settings.get("schema"))
     auth_raw = resolver.value(setting("auth_mode"), settings.get("auth_mode"))
@@ -149,7 +155,9 @@ def build_profile(
         return _sqlite_profile(common, settings, schema_raw, auth_raw, origin, setting)
     assert isinstance(target, PostgresTarget)
     schema = _schema(schema_raw, origin, setting("schema"))
-    mode = _auth_mode(auth_raw, Resolver.display(settings.get("auth_mode"), auth_raw), origin, setting("auth_mode"))
+    mode = _auth_mode(
+        auth_raw, Resolver.display(settings.get("auth_mode"), auth_raw), origin, setting("auth_mode")
+    )
     unexpected = sorted(k for k in _AUTH_FIELDS if settings.get(k) is not None and k not in mode.fields())
     if unexpected:
         raise ConfigurationError(
@@ -183,7 +191,9 @@ def build_profile(
             value = str(resolve_beside(value, base_dir))
         fields[key] = value
     user = fields.pop("user", None)
-    return EngineProfile(**common, schema=schema, auth_mode=mode.name, user=user, fields=fields, secrets=secrets)
+    return EngineProfile(
+        **common, schema=schema, auth_mode=mode.name, user=user, fields=fields, secrets=secrets
+    )
 
 
 def _sqlite_profile(common: dict[str, Any], settings: Mapping[str, Any], schema_raw: str | None,
@@ -201,7 +211,9 @@ def _sqlite_profile(common: dict[str, Any], settings: Mapping[str, Any], schema_
         )
     schema = schema_raw or "main"
     if not SCHEMA_NAME.fullmatch(schema):
-        raise ConfigurationError(f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')")
+        raise ConfigurationError(
+            f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')"
+        )
     return EngineProfile(**common, schema=schema, auth_mode="none")
 
 

@@ -68,7 +68,9 @@ def parse_dotenv(path: Path) -> dict[str, str]:
             raise ConfigurationError(f"{path}: line {number} is not KEY=VALUE; fix or comment it out with #")
         key, value = match.group(1), _dotenv_value(match.group(2).strip())
         if value is None:
-            raise ConfigurationError(f"{path}: line {number} has an unterminated quote or text after the closing quote")
+            raise ConfigurationError(
+                f"{path}: line {number} has an unterminated quote or text after the closing quote"
+            )
         values[key] = value
     return values
 

@@ -19,9 +19,15 @@ class _EtlCraftDecoratedOperator(RecordedTaskMixin, DecoratedOperator, PythonOpe
     custom_operator_name = "@task.etl_craft"
     ui_color = "#dff3e4"
 
-    def __init__(self, *, python_callable: Callable[..., Any], op_args: Any, op_kwargs: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *, python_callable: Callable[..., Any], op_args: Any, op_kwargs: Any, **kwargs: Any
+    ) -> None:
         super().__init__(
-            kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args, "op_kwargs": op_kwargs},
+            kwargs_to_upstream={
+                "python_callable": python_callable,
+                "op_args": op_args,
+                "op_kwargs": op_kwargs,
+            },
             python_callable=python_callable,
             op_args=op_args,
             op_kwargs=op_kwargs,

@@ -50,7 +50,10 @@ def find_migrations_dir(explicit: str | os.PathLike[str] | None, base_dir: Path 
 
     :raises ConfigurationError: an explicitly named folder that does not exist.
     """
-    for value, what in ((explicit, "the migrations directory"), (os.environ.get(MIGRATIONS_ENV_VAR), f"${MIGRATIONS_ENV_VAR}")):
+    for value, what in (
+        (explicit, "the migrations directory"),
+        (os.environ.get(MIGRATIONS_ENV_VAR), f"${MIGRATIONS_ENV_VAR}"),
+    ):
         if value:
             path = resolve_beside(value, base_dir)
             if not path.is_dir():
@@ -92,15 +95,20 @@ def pending_migrations(dialect: EngineDialect, conn: Any, files: list[MigrationF
         if found is None:
             problems.append(f"{src} {ver} was applied but its file is gone")
         elif found.checksum != digest:
-            problems.append(f"{src} {ver} was edited after it was applied (checksum {digest[:12]}… → {found.checksum[:12]}…)")
+            problems.append(
+                f"{src} {ver} was edited after it was applied (checksum {digest[:12]}… → {found.checksum[:12]}…)"
+            )
     pending = [f for f in files if (f.source, f.version) not in ledger]
     for new in pending:
         later = sorted(v for (s, v) in ledger if s == new.source and v > new.version)
         if later:
-            problems.append(f"{new.label} is new but sorts before already applied {later[-1]}; rename it to sort last")
+            problems.append(
+                f"{new.label} is new but sorts before already applied {later[-1]}; rename it to sort last"
+            )
     if problems:
         raise MigrationError(
-            "migrations stopped before applying anything: " + "; ".join(problems)
+            "migrations stopped before applying anything: "
+            + "; ".join(problems)
             + ". Applied migrations are immutable: restore the original file and put changes in a new one"
         )
     return pending
@@ -127,7 +135,9 @@ def migrate(
                 with dialect.transaction(conn) as cur:
                     dialect.execute_script(cur, item.text)
                     cur.execute(
-                        dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"),
+                        dialect.sql(
+                            "INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"
+                        ),
                         (item.source, item.version, item.checksum),
                     )
             except Exception as exc:

@@ -49,7 +49,9 @@ class InitResult:
     message: str
 
 
-def init_db(dialect: EngineDialect, conn: Any, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> InitResult:
+def init_db(
+    dialect: EngineDialect, conn: Any, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+) -> InitResult:
     """Create the Engine tables unless they are already there at the packaged version.
 
     The whole ``schema.sql`` and its ledger row run in one transaction under the ``migrate`` lock, so a
@@ -85,7 +87,9 @@ def init_db_locked(dialect: EngineDialect, conn: Any) -> InitResult:
                 f"release packages {digest[:12]}…; it was made by a different etl-craft version — use the "
                 "matching provider release (init-db never rewrites existing tables)"
             )
-        return InitResult(False, SCHEMA_VERSION, f"Engine DB {where} is already at {SCHEMA_VERSION}; nothing changed")
+        return InitResult(
+            False, SCHEMA_VERSION, f"Engine DB {where} is already at {SCHEMA_VERSION}; nothing changed"
+        )
     if present:
         missing = sorted(ENGINE_TABLES - present)
         raise EngineDBError(

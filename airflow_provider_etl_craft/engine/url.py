@@ -93,7 +93,9 @@ def _sqlite(rest: str, setting: str, base_dir: Path | None) -> SqliteTarget:
             "see an empty database; use a file, e.g. jdbc:sqlite:engine/etl-craft.db"
         )
     if name.startswith("file:") or "?" in name:
-        raise ConfigurationError(f"{setting}: give a plain file path after jdbc:sqlite: (no file: URI, no query)")
+        raise ConfigurationError(
+            f"{setting}: give a plain file path after jdbc:sqlite: (no file: URI, no query)"
+        )
     return SqliteTarget(path=resolve_beside(name, base_dir).resolve())
 
 
@@ -126,7 +128,9 @@ def _query(query: str, setting: str, base_dir: Path | None) -> dict[str, str]:
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
-        raise ConfigurationError(f"{setting}: the query string is malformed; write ?key=value&key=value") from None
+        raise ConfigurationError(
+            f"{setting}: the query string is malformed; write ?key=value&key=value"
+        ) from None
     settings: dict[str, str] = {}
     for key, value in pairs:
         if key.lower() in CREDENTIAL_KEYS:

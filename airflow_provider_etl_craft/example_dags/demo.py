@@ -40,7 +40,9 @@ def prepare(workdir: Path) -> Path:
     os.environ["AIRFLOW_CONN_ETL_CRAFT_DEFAULT"] = json.dumps(conn)
     warehouse = project / "warehouse" / "warehouse.db"
     warehouse.parent.mkdir(parents=True, exist_ok=True)
-    os.environ["AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE"] = json.dumps({"conn_type": "sqlite", "host": str(warehouse)})
+    os.environ["AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE"] = json.dumps(
+        {"conn_type": "sqlite", "host": str(warehouse)}
+    )
     return config
 
 

@@ -99,7 +99,9 @@ class EngineDBHook(DbApiHook):
             return f"postgresql://{user}{target.host}:{target.port}/{target.database}"
         return f"sqlite:///{target.path}"
 
-    def lock(self, name: str, timeout: float | None = None, conn: Any | None = None) -> AbstractContextManager[None]:
+    def lock(
+        self, name: str, timeout: float | None = None, conn: Any | None = None
+    ) -> AbstractContextManager[None]:
         """Hold the named cross-process Engine DB lock (SPEC §8) as a context manager.
 
         :param timeout: seconds to wait (None: wait forever).
@@ -137,7 +139,10 @@ class EngineDBHook(DbApiHook):
         if present == ENGINE_TABLES:
             return True, f"Connected to {where}; the Engine tables exist"
         if present:
-            return True, f"Connected to {where}; only {len(present)} of {len(ENGINE_TABLES)} Engine tables exist"
+            return (
+                True,
+                f"Connected to {where}; only {len(present)} of {len(ENGINE_TABLES)} Engine tables exist",
+            )
         return True, f"Connected to {where}; no Engine tables yet: run init-db"
 
     @classmethod

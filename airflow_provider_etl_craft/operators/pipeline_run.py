@@ -187,7 +187,10 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
                  profile: str | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
                  trigger_rule: str = "all_done", emit_asset: bool = True, **kwargs: Any) -> None:  # fmt: skip
         if emit_asset:
-            kwargs["outlets"] = [*(kwargs.get("outlets") or []), pipeline_asset(pipeline_code, etl_craft_conn_id)]
+            kwargs["outlets"] = [
+                *(kwargs.get("outlets") or []),
+                pipeline_asset(pipeline_code, etl_craft_conn_id),
+            ]
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
         self.etl_craft_conn_id = etl_craft_conn_id

@@ -112,7 +112,9 @@ class RecordedTaskMixin:
                       handle.attempt_number, handle.attempt_id, handle.pipeline_run_id)  # fmt: skip
         try:
             result = super().execute(context)  # type: ignore[misc]
-            counts = TaskCounts.from_result(self.etl_craft_counts(result) if self.etl_craft_counts else result)
+            counts = TaskCounts.from_result(
+                self.etl_craft_counts(result) if self.etl_craft_counts else result
+            )
         except BaseException as exc:
             if self._etl_craft_attempt is not None:  # else on_kill has recorded it CANCELLED already
                 status = "CANCELLED" if self._etl_craft_killed else _end_status(exc)
@@ -256,6 +258,8 @@ def pipeline_tasks(dag: Any, pipeline_code: str) -> dict[str, str]:
     return found
 
 
-def airflow_states_by_code(tasks: Mapping[str, str], states: Mapping[str, str | None]) -> dict[str, str | None]:
+def airflow_states_by_code(
+    tasks: Mapping[str, str], states: Mapping[str, str | None]
+) -> dict[str, str | None]:
     """Re-key Airflow task states from task_id to task code."""
     return {code: states.get(task_id) for code, task_id in tasks.items()}

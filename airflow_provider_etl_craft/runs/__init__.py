@@ -10,4 +10,12 @@ from airflow_provider_etl_craft.runs.lifecycle import (
     RunRow,
 )
 
-__all__ = ["AttemptHandle", "ClaimOutcome", "FinishOutcome", "RunIdentity", "RunLifecycle", "RunRow", "TaskCounts"]
+__all__ = [
+    "AttemptHandle",
+    "ClaimOutcome",
+    "FinishOutcome",
+    "RunIdentity",
+    "RunLifecycle",
+    "RunRow",
+    "TaskCounts",
+]

@@ -58,7 +58,9 @@ class TaskCounts:
         else:
             return cls()
         if counts.rows_written is None:
-            parts = [c for c in (counts.insert_count, counts.update_count, counts.delete_count) if c is not None]
+            parts = [
+                c for c in (counts.insert_count, counts.update_count, counts.delete_count) if c is not None
+            ]
             if parts:
                 counts = cls(*astuple(counts)[:5], rows_written=sum(parts))
         return counts

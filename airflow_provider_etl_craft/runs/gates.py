@@ -78,7 +78,9 @@ class Edge:
     same_pipeline: bool = False
 
     def describe(self) -> str:
-        what = self.upstream_pipeline_code + (f".{self.upstream_task_code}" if self.upstream_task_code else "")
+        what = self.upstream_pipeline_code + (
+            f".{self.upstream_task_code}" if self.upstream_task_code else ""
+        )
         return f"{self.dependency_type} on {what}"
 
 
@@ -129,7 +131,9 @@ def judge_status(dependency_type: str, status: str | None, rows_written: int | N
     raise ValueError(f"unknown DEPENDENCY_TYPE {dependency_type!r}")
 
 
-def combine(verdicts: Sequence[EdgeVerdict], condition: str | None = None, count: int | None = None) -> GateVerdict:
+def combine(
+    verdicts: Sequence[EdgeVerdict], condition: str | None = None, count: int | None = None
+) -> GateVerdict:
     """Apply a run condition (``ALL`` by default, ``ANY``, ``N`` with ``count``) over the edges' verdicts.
 
     Decides as early as the decided edges allow: ``ALL`` fails on the first UNSATISFIED edge even while
@@ -242,7 +246,9 @@ class Gates:
                 "PIPELINE_RUN_ID = ?", (edge.upstream_task_id, run_id),
             )  # fmt: skip
             # A task with no row in a finished run was never run in it: the finish would record it SKIPPED.
-            task_run_id, status, rows = (int(row[0][0]), row[0][1], row[0][2]) if row else (None, "SKIPPED", None)
+            task_run_id, status, rows = (
+                (int(row[0][0]), row[0][1], row[0][2]) if row else (None, "SKIPPED", None)
+            )
         what = f"run {run_id} of {up}" + (f" task {edge.upstream_task_code}" if edge.kind == "task" else "")
         return Observed(status, f"{what} ({status}, revision {revision}, {int(rows or 0)} rows written)", run_id,
                         task_run_id, revision, None if rows is None else int(rows))  # fmt: skip
@@ -262,7 +268,9 @@ class Gates:
         state = (airflow_states([code]) if airflow_states else {}).get(code)
         if state in AIRFLOW_FINISHED:
             status = AIRFLOW_FINISHED[state]
-            return Observed(status, f"task {code} of this run (not recorded; Airflow state {state})", pipeline_run_id)
+            return Observed(
+                status, f"task {code} of this run (not recorded; Airflow state {state})", pipeline_run_id
+            )
         return Observed("IN-PROGRESS", f"task {code} of this run (not started yet; Airflow state {state or 'none'})",
                         pipeline_run_id)  # fmt: skip
 
@@ -278,7 +286,9 @@ class Gates:
 
     # -- what is written ---------------------------------------------------------------------------------
 
-    def record(self, cur: Any, verdict: GateVerdict, pipeline_run_id: int, attempt_id: int | None, now_db: Any) -> None:
+    def record(
+        self, cur: Any, verdict: GateVerdict, pipeline_run_id: int, attempt_id: int | None, now_db: Any
+    ) -> None:
         """One ``AUD_GATE_DECISIONS`` row per decided edge."""
         for v in verdict.decided:
             cur.execute(self.engine.sql(_RECORD_DECISION[v.edge.kind]), (pipeline_run_id, attempt_id, v.edge.dependency_id, v.observed.pipeline_run_id, v.observed.task_run_id,

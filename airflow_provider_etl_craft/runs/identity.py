@@ -44,7 +44,12 @@ class RunIdentity:
         dag_run = context["dag_run"]
         run_date = getattr(dag_run, "logical_date", None) or getattr(dag_run, "run_after", None)
         run_type = str(getattr(dag_run, "run_type", "") or "").lower()
-        return cls(dag_id=dag_run.dag_id, run_id=dag_run.run_id, run_date=run_date, backfill=run_type.endswith("backfill"))
+        return cls(
+            dag_id=dag_run.dag_id,
+            run_id=dag_run.run_id,
+            run_date=run_date,
+            backfill=run_type.endswith("backfill"),
+        )
 
     @staticmethod
     def parse_run_key(run_key: str | None) -> tuple[str, str] | None:

@@ -93,7 +93,9 @@ class RunRow:
 
     def describe(self) -> str:
         since = f" since {self.start_date:%Y-%m-%d %H:%M:%S}Z" if self.start_date else ""
-        return f"run {self.pipeline_run_id} ({self.run_key or 'started outside Airflow'}, {self.status}{since})"
+        return (
+            f"run {self.pipeline_run_id} ({self.run_key or 'started outside Airflow'}, {self.status}{since})"
+        )
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,9 @@ class RunLifecycle:
     :param lock_timeout: seconds to wait for ``pipeline:<code>`` locks.
     """
 
-    def __init__(self, engine: EngineDialect, conn: Any, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> None:
+    def __init__(
+        self, engine: EngineDialect, conn: Any, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    ) -> None:
         self.engine = engine
         self.conn = conn
         self.lock_timeout = lock_timeout
@@ -188,7 +192,9 @@ class RunLifecycle:
             (code,),
         ).fetchone()  # fmt: skip
         if row is None:
-            retired = self._exec(cur, "SELECT COUNT(*) FROM CFG_PIPELINES WHERE PIPELINE_CODE = ?", (code,)).fetchone()
+            retired = self._exec(
+                cur, "SELECT COUNT(*) FROM CFG_PIPELINES WHERE PIPELINE_CODE = ?", (code,)
+            ).fetchone()
             state = "is retired (ACTIVE_FLAG='N')" if retired[0] else "does not exist"
             raise MetadataError(
                 f"pipeline {code} {state} in CFG_PIPELINES of the Engine DB {self.engine.describe()}; add or "
@@ -205,11 +211,14 @@ class RunLifecycle:
         if unknown or missing:
             parts = []
             if unknown:
-                parts.append(f"{where} records task codes that are not active tasks of {code}: {', '.join(unknown)}")
+                parts.append(
+                    f"{where} records task codes that are not active tasks of {code}: {', '.join(unknown)}"
+                )
             if missing:
                 parts.append(f"active CFG_TASKS of {code} that {where} does not run: {', '.join(missing)}")
             raise MetadataError(
-                "; ".join(parts) + "; make the DAG's task codes and CFG_TASKS agree (add, rename or retire tasks "
+                "; ".join(parts)
+                + "; make the DAG's task codes and CFG_TASKS agree (add, rename or retire tasks "
                 "through a project migration, or set task_code= on the DAG's tasks)"
             )
         return tuple(sorted(c for c, lenient in rows if lenient))
@@ -254,7 +263,9 @@ class RunLifecycle:
     def _claim(self, cur: Any, code: str, identity: RunIdentity, task_codes: Collection[str] | None,
                where: str) -> ClaimOutcome:  # fmt: skip
         pipeline_id, _ = self._active_pipeline(cur, code)
-        lenient = () if task_codes is None else self._check_task_codes(cur, pipeline_id, code, task_codes, where)
+        lenient = (
+            () if task_codes is None else self._check_task_codes(cur, pipeline_id, code, task_codes, where)
+        )
         outcome = self._claim_run(cur, pipeline_id, code, identity)
         if lenient and outcome.action in ("CREATED", "REOPENED", "RESUMED"):
             outcome = ClaimOutcome(outcome.action, outcome.pipeline_run_id, reason=outcome.reason,
@@ -279,7 +290,9 @@ class RunLifecycle:
             reason = pause.describe(code)
             if mine is not None:  # a cleared DAG run of an ended run: left as it is while paused
                 return ClaimOutcome("SKIPPED", mine.pipeline_run_id, reason=reason)
-            run_id = self._insert_run(cur, pipeline_id, identity, "SKIPPED", (pause.paused_by, pause.paused_by_kind))
+            run_id = self._insert_run(
+                cur, pipeline_id, identity, "SKIPPED", (pause.paused_by, pause.paused_by_kind)
+            )
             return ClaimOutcome("SKIPPED", run_id, reason=reason)
         if mine is not None:
             self._reopen(cur, mine, identity, f"Airflow DAG run {identity.run_id} of {identity.dag_id} ran again "
@@ -334,7 +347,9 @@ class RunLifecycle:
             pipeline_id, _ = self._active_pipeline(cur, pipeline_code)
             current = self._open_pause(cur, pipeline_id)
             if current is not None:
-                raise RunStateError(f"{current.describe(pipeline_code)}; resume it first (etl-craft-airflow resume)")
+                raise RunStateError(
+                    f"{current.describe(pipeline_code)}; resume it first (etl-craft-airflow resume)"
+                )
             try:
                 (pause_id,) = self._exec(
                     cur, "INSERT INTO AUD_PIPELINE_PAUSES (PIPELINE_ID, PAUSED_AT, PAUSED_BY, PAUSED_BY_KIND, REASON) "
@@ -364,7 +379,9 @@ class RunLifecycle:
                 raise StaleTransitionError(f"pause {current.pause_id} of {pipeline_code} changed; retry")
         return current
 
-    def _reopen(self, cur: Any, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None) -> None:
+    def _reopen(
+        self, cur: Any, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None
+    ) -> None:
         updated = self._exec(
             cur,
             "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = 'IN-PROGRESS', END_DATE = NULL, ENDED_BY = NULL, "
@@ -372,11 +389,15 @@ class RunLifecycle:
             (run.pipeline_run_id, run.status),
         ).rowcount
         if updated != 1:
-            raise StaleTransitionError(f"{run.describe()} changed while it was being reopened; a retry re-reads it")
+            raise StaleTransitionError(
+                f"{run.describe()} changed while it was being reopened; a retry re-reads it"
+            )
         self._intervention(cur, run.pipeline_id, run.pipeline_run_id, "REOPEN", run.status, "IN-PROGRESS", reason,
                            identity, task_id)  # fmt: skip
 
-    def close_abandoned(self, pipeline_code: str, pipeline_run_id: int, identity: RunIdentity, reason: str) -> bool:
+    def close_abandoned(
+        self, pipeline_code: str, pipeline_run_id: int, identity: RunIdentity, reason: str
+    ) -> bool:
         """Close an IN-PROGRESS run whose driver is gone as CANCELLED (CANCEL intervention; attempts LOST).
 
         :return: False when the run was no longer IN-PROGRESS (someone else closed it first).
@@ -442,7 +463,9 @@ class RunLifecycle:
         for _ in range(4):
             try:
                 if note is None and self.engine.writes_in_with:
-                    fast = self._start_task_one_statement(pipeline_code, task_code, identity, attempt_number, log_path)
+                    fast = self._start_task_one_statement(
+                        pipeline_code, task_code, identity, attempt_number, log_path
+                    )
                     if fast is not None:
                         return fast
                 with self.engine.transaction(self.conn) as cur:
@@ -459,7 +482,9 @@ class RunLifecycle:
                 # numbering (a DAG run deleted and created again under the same run id). Continue the task
                 # run's numbering. (With a later try live, this is a late duplicate: refused above.)
                 attempt_number = taken[1] + 1
-                note = f"Airflow try {try_number}; its try numbering restarted (the DAG run was created again)"
+                note = (
+                    f"Airflow try {try_number}; its try numbering restarted (the DAG run was created again)"
+                )
                 continue
             if isinstance(handle, GateSkipped):
                 raise handle
@@ -526,7 +551,13 @@ class RunLifecycle:
         if row is None:
             self._explain_missing(cur, code, task_code, identity)
         task_id, run = int(row[0]), self._run_row(row[1:9])
-        condition, condition_count, n_edges, paused, earlier_live = row[9], row[10], int(row[11]), int(row[12]), int(row[13])
+        condition, condition_count, n_edges, paused, earlier_live = (
+            row[9],
+            row[10],
+            int(row[11]),
+            int(row[12]),
+            int(row[13]),
+        )
         if run.status != "IN-PROGRESS":
             return run, task_id
         if paused:
@@ -607,7 +638,9 @@ class RunLifecycle:
             "run for this DAG run; put ClaimPipelineRunOperator (or etl_craft_pipeline) upstream of this task"
         )
 
-    def _reopen_for_task(self, code: str, run: RunRow, task_id: int, identity: RunIdentity, task_code: str) -> None:
+    def _reopen_for_task(
+        self, code: str, run: RunRow, task_id: int, identity: RunIdentity, task_code: str
+    ) -> None:
         with self.engine.lock(pipeline_lock(code), self.lock_timeout, conn=self.conn), \
                 self.engine.transaction(self.conn) as cur:  # fmt: skip
             busy = self._exec(
@@ -772,7 +805,12 @@ class RunLifecycle:
         else:
             final = "SUCCESS"
         new_sla = None
-        if run.repair_pending == "N" and sla_status is None and sla_hours is not None and run.start_date is not None:
+        if (
+            run.repair_pending == "N"
+            and sla_status is None
+            and sla_hours is not None
+            and run.start_date is not None
+        ):
             hours = (now - run.start_date).total_seconds() / 3600
             new_sla = "MET" if hours <= float(sla_hours) else "BREACHED"
         revision = run.output_revision + (1 if run.repair_pending == "Y" else 0)

@@ -29,7 +29,8 @@ _RUN_COLUMNS = (
 )
 _RECENT_RUNS = _RUN_COLUMNS + "ORDER BY r.PIPELINE_RUN_ID DESC LIMIT ?"
 _CURRENT_OR_LATEST_RUN = (
-    _RUN_COLUMNS + "ORDER BY CASE WHEN r.STATUS = 'IN-PROGRESS' THEN 0 ELSE 1 END, r.PIPELINE_RUN_ID DESC LIMIT 1"
+    _RUN_COLUMNS
+    + "ORDER BY CASE WHEN r.STATUS = 'IN-PROGRESS' THEN 0 ELSE 1 END, r.PIPELINE_RUN_ID DESC LIMIT 1"
 )
 _TASK_RUNS = (
     "SELECT tr.PIPELINE_RUN_ID, tr.TASK_RUN_ID, t.TASK_CODE, tr.STATUS, tr.ATTEMPT_COUNT, tr.SOURCE_COUNT, "
@@ -119,7 +120,9 @@ class RunInfo:
     task_runs: tuple[TaskRunInfo, ...] = ()
 
     def with_task_runs(self, task_runs: tuple[TaskRunInfo, ...]) -> RunInfo:
-        return replace(self, task_runs=task_runs, task_status_counts=status_counts(t.status for t in task_runs))
+        return replace(
+            self, task_runs=task_runs, task_status_counts=status_counts(t.status for t in task_runs)
+        )
 
 
 def status_counts(statuses: Any) -> dict[str, int]:
@@ -181,7 +184,9 @@ class RunQueries:
             (code,),
         )  # fmt: skip
         if not rows:
-            known = {r[0].lower(): r[0] for r in self._rows("SELECT DISTINCT PIPELINE_CODE FROM CFG_PIPELINES")}
+            known = {
+                r[0].lower(): r[0] for r in self._rows("SELECT DISTINCT PIPELINE_CODE FROM CFG_PIPELINES")
+            }
             close = [known[c] for c in difflib.get_close_matches(code.lower(), list(known), n=3)]
             hint = f"; did you mean {' or '.join(close)}?" if close else ""
             raise MetadataError(
@@ -216,7 +221,9 @@ class RunQueries:
     def _run(self, row: tuple[Any, ...]) -> RunInfo:
         t = self.engine.from_db_time
         run_id, status, key, run_date, start, end, sla, revision, trigger, backfill = row
-        return RunInfo(int(run_id), status, key, t(run_date), t(start), t(end), sla, int(revision), trigger, backfill)
+        return RunInfo(
+            int(run_id), status, key, t(run_date), t(start), t(end), sla, int(revision), trigger, backfill
+        )
 
     def _with_tasks(self, code: str, runs: list[RunInfo]) -> list[RunInfo]:
         """Attach task runs and attempts: two queries over the runs' id range, whatever the number of runs."""

@@ -27,7 +27,7 @@ INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER, CREATED_BY)
 SELECT 'ALERT', 'ETL', PIPELINE_ID, 'EMAIL_ALERT', 'test' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'E2E_PIPE';
 """
 
-_HEADER = '''
+_HEADER = """
 import json, os, time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -76,9 +76,11 @@ def flaky(**context):
 
 
 DEFAULTS = {"retries": 1, "retry_delay": timedelta(seconds=1)}
-'''
+"""
 
-PIPELINE_DAG = _HEADER + '''
+PIPELINE_DAG = (
+    _HEADER
+    + """
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=DEFAULTS) as dag:
     with etl_craft_pipeline("E2E_PIPE", claim_kwargs={"poke_interval": 1, "timeout": __CLAIM_TIMEOUT__}):
         p = EtlCraftPythonOperator(task_id="prepare", python_callable=prepare)
@@ -92,18 +94,24 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 
         p >> f >> load
         [p, f, load] >> alert()
-'''
+"""
+)
 
 # Claim and one task, no finish: its Airflow DAG run ends while the Engine run stays IN-PROGRESS.
-NO_FINISH_DAG = _HEADER + '''
+NO_FINISH_DAG = (
+    _HEADER
+    + """
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="E2E_PIPE", check_task_codes=False,
                                      poke_interval=1, timeout=30)
     claim >> EtlCraftPythonOperator(task_id="prepare", pipeline_code="E2E_PIPE", python_callable=prepare)
-'''
+"""
+)
 
 # A task code that CFG_TASKS does not know.
-UNKNOWN_TASK_DAG = _HEADER + '''
+UNKNOWN_TASK_DAG = (
+    _HEADER
+    + """
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=DEFAULTS) as dag:
     with etl_craft_pipeline("E2E_PIPE", claim_kwargs={"poke_interval": 1, "timeout": 30}):
         p = EtlCraftPythonOperator(task_id="prepare", python_callable=prepare)
@@ -112,12 +120,15 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
         alert = EtlCraftPythonOperator(task_id="alert", python_callable=lambda: None)
         bogus = EtlCraftPythonOperator(task_id="bogus_step", python_callable=lambda: 1)
         p >> f >> load >> alert >> bogus
-'''
+"""
+)
 
 
 def write_dag(dags_folder: Path, template: str, dag_id: str, **values: object) -> Path:
     path = dags_folder / f"{dag_id}.py"
-    text = template.replace("__DAG_ID__", dag_id).replace("__CLAIM_TIMEOUT__", str(values.get("claim_timeout", 60)))
+    text = template.replace("__DAG_ID__", dag_id).replace(
+        "__CLAIM_TIMEOUT__", str(values.get("claim_timeout", 60))
+    )
     path.write_text(text)
     return path
 
@@ -146,7 +157,9 @@ def clear_and_rerun(dag, run_id: str) -> str:  # noqa: ANN001 - a DAG
 
     session = settings.Session()
     dr = session.scalar(select(DagRun).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == run_id))
-    clear_task_instances(list(dr.get_task_instances(session=session)), session, dag_run_state=DagRunState.RUNNING)
+    clear_task_instances(
+        list(dr.get_task_instances(session=session)), session, dag_run_state=DagRunState.RUNNING
+    )
     session.commit()
     dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
     while dr.state == DagRunState.RUNNING:
@@ -157,7 +170,9 @@ def clear_and_rerun(dag, run_id: str) -> str:  # noqa: ANN001 - a DAG
                 ti.try_number += 1
             ti.state = TaskInstanceState.SCHEDULED
         session.commit()
-        scheduled = [ti for ti in dr.get_task_instances(session=session) if ti.state == TaskInstanceState.SCHEDULED]
+        scheduled = [
+            ti for ti in dr.get_task_instances(session=session) if ti.state == TaskInstanceState.SCHEDULED
+        ]
         if not scheduled:
             time.sleep(0.5)
         for ti in scheduled:

@@ -45,9 +45,15 @@ def test_demo_runs_the_example_pipeline_and_prints_the_aud_rows_it_wrote(tmp_pat
                      "NOTIFY_FAILURE": "SKIPPED"}  # fmt: skip
     attempts = [line.split() for line in section(out, "AUD_TASK_ATTEMPTS")]
     assert sorted((a[2], a[3], a[4]) for a in attempts) == [
-        ("BUILD_SALES_MART", "1", "SUCCESS"), ("EXTRACT_ORDERS", "1", "SUCCESS"), ("LOAD_ORDERS", "1", "SUCCESS")]
+        ("BUILD_SALES_MART", "1", "SUCCESS"),
+        ("EXTRACT_ORDERS", "1", "SUCCESS"),
+        ("LOAD_ORDERS", "1", "SUCCESS"),
+    ]
     decisions = [line.split()[3:5] for line in section(out, "AUD_GATE_DECISIONS")]
-    assert decisions == [["LOAD_ORDERS", "SATISFIED"], ["BUILD_SALES_MART", "SATISFIED"]]  # its CFG_TASK_DEPENDENCY
+    assert decisions == [
+        ["LOAD_ORDERS", "SATISFIED"],
+        ["BUILD_SALES_MART", "SATISFIED"],
+    ]  # its CFG_TASK_DEPENDENCY
     assert (tmp_path / "demo" / "project" / "warehouse" / "warehouse.db").is_file()
 
 
@@ -68,7 +74,9 @@ def load_dag(dags_folder: Path, source: Path):  # noqa: ANN201 - a DAG
     return module.dag
 
 
-def test_init_db_operator_prepares_the_engine_db_in_a_dag(engine: EngineSetup, airflow_db: Path, monkeypatch) -> None:
+def test_init_db_operator_prepares_the_engine_db_in_a_dag(
+    engine: EngineSetup, airflow_db: Path, monkeypatch
+) -> None:
     shutil.copytree(EXAMPLES / "project" / "migrations", engine.config_path.parent / "migrations")
     conn = f'{{"conn_type": "etl_craft", "extra": {{"config_path": "{engine.config_path}"}}}}'
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_DEFAULT", conn)
@@ -89,7 +97,9 @@ def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup
     conn = {"conn_type": "etl_craft", "extra": {"config_path": str(engine.config_path)}}
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_DEFAULT", json.dumps(conn))
     warehouse = tmp_path / "warehouse.db"
-    monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE", json.dumps({"conn_type": "sqlite", "host": str(warehouse)}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE", json.dumps({"conn_type": "sqlite", "host": str(warehouse)})
+    )
     dag = load_dag(airflow_db / "dags", EXAMPLES / "example_etl_craft_daily_sales.py")
     run = dag.test()
     assert run.state == "success"
@@ -100,5 +110,10 @@ def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup
     with sqlite3.connect(warehouse) as db:
         (orders,) = db.execute("SELECT COUNT(*) FROM orders").fetchone()
         (mart,) = db.execute("SELECT COUNT(*) FROM sales_mart").fetchone()
-    assert rows == {"EXTRACT_ORDERS": orders, "LOAD_ORDERS": orders, "BUILD_SALES_MART": mart, "NOTIFY_FAILURE": None}
+    assert rows == {
+        "EXTRACT_ORDERS": orders,
+        "LOAD_ORDERS": orders,
+        "BUILD_SALES_MART": mart,
+        "NOTIFY_FAILURE": None,
+    }
     assert orders > 0 and mart == 3

@@ -80,7 +80,9 @@ GATE = {"trigger_rule": "all_done", "etl_craft_gate_poke_interval": 1, "etl_craf
 """
 
 # A with rows, B failing, C without rows; gated tasks decide with ANY, N=2, N=3, HAS_DATA and FAILURE.
-CONDITIONS_DAG = _HEADER + """
+CONDITIONS_DAG = (
+    _HEADER
+    + """
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=FAST) as dag:
     with etl_craft_pipeline("COND_E2E", claim_kwargs={"poke_interval": 1, "timeout": 60}):
         @etl_craft_task
@@ -123,8 +125,11 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
         for gated in (any_t(), two_t(), three_t(), data_a(), data_c(), on_fail()):
             ups >> gated
 """
+)
 
-DOWN_DAG = _HEADER + """
+DOWN_DAG = (
+    _HEADER
+    + """
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=FAST) as dag:
     with etl_craft_pipeline("DOWN_E2E", claim_kwargs={"poke_interval": 1, "timeout": __CLAIM_TIMEOUT__}):
         @etl_craft_task
@@ -133,8 +138,11 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 
         d1()
 """
+)
 
-TASK_WAIT_DAG = _HEADER + """
+TASK_WAIT_DAG = (
+    _HEADER
+    + """
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=FAST) as dag:
     with etl_craft_pipeline("TWAIT_E2E", claim_kwargs={"poke_interval": 1, "timeout": 60}):
         @etl_craft_task(**GATE)
@@ -143,6 +151,7 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 
         w1()
 """
+)
 
 
 class Gates:
@@ -172,7 +181,9 @@ class Gates:
 
     def ti_states(self, dag_id: str) -> dict[str, str]:
         with sqlite3.connect(self.airflow_db, timeout=30) as db:
-            return dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = ?", (dag_id,)).fetchall())
+            return dict(
+                db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = ?", (dag_id,)).fetchall()
+            )
 
     def rescheduled(self, dag_id: str, task_id: str) -> int:
         with sqlite3.connect(self.airflow_db, timeout=30) as db:
@@ -241,7 +252,9 @@ def _start_dag(gates: Gates, path: Path, day: int) -> subprocess.Popen:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 
-def test_a_claim_waits_for_an_in_progress_upstream_without_a_worker_slot_then_runs(gates: Gates, request) -> None:
+def test_a_claim_waits_for_an_in_progress_upstream_without_a_worker_slot_then_runs(
+    gates: Gates, request
+) -> None:
     who, up_run = gates.start_upstream()
     path = _dag_path(gates, request, DOWN_DAG, "claim_wait")
     proc = _start_dag(gates, path, 1)
@@ -270,11 +283,16 @@ def test_a_claim_that_waits_too_long_for_an_upstream_fails_naming_it(gates: Gate
     assert gates.runs("DOWN_E2E") == []
     logged = capfd.readouterr()
     text = logged.out + logged.err + caplog.text
-    assert f"SUCCESS on UP_E2E waiting for run {up_run} of UP_E2E (airflow:etl_craft_cli:manual_1, IN-PROGRESS)" in text
+    assert (
+        f"SUCCESS on UP_E2E waiting for run {up_run} of UP_E2E (airflow:etl_craft_cli:manual_1, IN-PROGRESS)"
+        in text
+    )
     assert "still IN-PROGRESS after 3s" in text
 
 
-def test_a_task_gate_waits_for_an_in_progress_upstream_by_rescheduling_then_runs(gates: Gates, request) -> None:
+def test_a_task_gate_waits_for_an_in_progress_upstream_by_rescheduling_then_runs(
+    gates: Gates, request
+) -> None:
     who, up_run = gates.start_upstream()
     path = _dag_path(gates, request, TASK_WAIT_DAG, "task_wait")
     proc = _start_dag(gates, path, 2)

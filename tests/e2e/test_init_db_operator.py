@@ -12,7 +12,7 @@ from tests.conftest import EngineSetup
 
 pytestmark = pytest.mark.e2e
 
-DAG_FILE = '''
+DAG_FILE = """
 from datetime import datetime, timedelta
 from airflow.providers.common.compat.sdk import DAG
 from airflow_provider_etl_craft.operators.init_db import EngineInitDbOperator
@@ -20,7 +20,7 @@ from airflow_provider_etl_craft.operators.init_db import EngineInitDbOperator
 with DAG("etl_craft_init_db_retries", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     EngineInitDbOperator(task_id="init_engine_db", etl_craft_conn_id="etl_craft_retry_test",
                          retries=3, retry_delay=timedelta(seconds=1))
-'''
+"""
 
 
 def load(dags_folder: Path):  # noqa: ANN201 - a DAG
@@ -50,10 +50,14 @@ def test_a_partial_engine_schema_fails_the_task_once_without_retries(engine: Eng
     assert task_tries(run) == ("failed", 1)
 
 
-def test_init_db_operator_succeeds_and_returns_what_it_did(engine: EngineSetup, airflow_db: Path, monkeypatch) -> None:
+def test_init_db_operator_succeeds_and_returns_what_it_did(
+    engine: EngineSetup, airflow_db: Path, monkeypatch
+) -> None:
     conn = {"conn_type": "etl_craft", "extra": {"config_path": str(engine.config_path)}}
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_RETRY_TEST", json.dumps(conn))
     run = load(airflow_db / "dags").test()
     assert run.state == "success"
     assert task_tries(run) == ("success", 1)
-    assert engine.hook().get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS") == [("ENGINE", "0001_schema")]
+    assert engine.hook().get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS") == [
+        ("ENGINE", "0001_schema")
+    ]

@@ -24,7 +24,9 @@ pytestmark = pytest.mark.e2e
 class Pipeline:
     """An Engine DB with the E2E_PIPE pipeline, the Airflow connection to it, and the task control file."""
 
-    def __init__(self, engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def __init__(
+        self, engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ):
         self.engine = engine
         self.dags = airflow_db / "dags"
         self.airflow_db = airflow_db / "airflow.db"
@@ -80,7 +82,9 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline(engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+def pipeline(
+    engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Pipeline:
     return Pipeline(engine, airflow_db, tmp_path, monkeypatch)
 
 
@@ -166,7 +170,9 @@ def test_a_killed_task_records_its_attempt_cancelled_through_on_kill(pipeline: P
     [(run_id, status, *_)] = pipeline.runs()
     assert status == "SUCCESS"
     assert pipeline.attempts(run_id, "FLAKY") == [(1, "CANCELLED"), (2, "SUCCESS")]
-    (error,) = pipeline.rows("SELECT a.ERROR_MESSAGE FROM AUD_TASK_ATTEMPTS a WHERE a.STATUS = 'CANCELLED'")[0]
+    (error,) = pipeline.rows("SELECT a.ERROR_MESSAGE FROM AUD_TASK_ATTEMPTS a WHERE a.STATUS = 'CANCELLED'")[
+        0
+    ]
     assert "on_kill" in error
 
 
@@ -217,7 +223,9 @@ def test_a_blocking_run_whose_dag_run_ended_is_closed_as_abandoned(pipeline: Pip
     assert stray.dag_id in reason and "success" in reason
 
 
-def test_a_task_code_missing_from_cfg_tasks_fails_the_claim_without_retries(pipeline: Pipeline, request) -> None:
+def test_a_task_code_missing_from_cfg_tasks_fails_the_claim_without_retries(
+    pipeline: Pipeline, request
+) -> None:
     dag = load_dag(write_dag(pipeline.dags, UNKNOWN_TASK_DAG, dag_id(request, "unknown")))
     run = dag.test()
     assert run.state == "failed"
@@ -288,14 +296,17 @@ def test_a_claim_that_waits_too_long_fails_naming_the_blocking_run(pipeline: Pip
     assert rescheduled(pipeline, dag.dag_id) >= 1
     assert [r[1:3] for r in pipeline.runs()] == [("IN-PROGRESS", "etl-craft:manual:7")]
     logged = capfd.readouterr().out + capfd.readouterr().err + caplog.text
-    assert "run 1 (etl-craft:manual:7, IN-PROGRESS since 2026-01-01 00:00:00Z) was still IN-PROGRESS" in logged
+    assert (
+        "run 1 (etl-craft:manual:7, IN-PROGRESS since 2026-01-01 00:00:00Z) was still IN-PROGRESS" in logged
+    )
 
 
 def rescheduled(pipeline: Pipeline, dag: str) -> int:
     with sqlite3.connect(pipeline.airflow_db, timeout=30) as db:
         return db.execute(
             "SELECT COUNT(*) FROM task_reschedule r JOIN task_instance ti ON ti.id = r.ti_id "
-            "WHERE ti.dag_id = ? AND ti.task_id = 'e2e_pipe.claim'", (dag,)
+            "WHERE ti.dag_id = ? AND ti.task_id = 'e2e_pipe.claim'",
+            (dag,),
         ).fetchone()[0]
 
 

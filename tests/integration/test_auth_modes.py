@@ -358,7 +358,9 @@ def test_sso_inline_connection_with_a_password_is_refused(pg_cluster: PgCluster,
     with pytest.raises(ConfigurationError) as info:
         hook.get_conn()
     message = str(info.value)
-    assert "takes no stored secret" in message and "etl_auth_sso_pw" in message and "stray-Pw-9Tq" not in message
+    assert (
+        "takes no stored secret" in message and "etl_auth_sso_pw" in message and "stray-Pw-9Tq" not in message
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES)

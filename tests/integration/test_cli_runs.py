@@ -94,7 +94,12 @@ def write_runs(engine: EngineSetup, tmp_path: Path) -> Runs:
         bad = ident("r2", 2)
         bad_id = lc.claim("SALES", bad).pipeline_run_id
         task(lc, bad, "EXTRACT", [("SUCCESS", {"source_count": 4, "insert_count": 4}, None)])
-        task(lc, bad, "LOAD", [("FAILED", None, "OperationalError: connection reset"), ("FAILED", None, LONG_ERROR)])
+        task(
+            lc,
+            bad,
+            "LOAD",
+            [("FAILED", None, "OperationalError: connection reset"), ("FAILED", None, LONG_ERROR)],
+        )
         task(lc, bad, "ALERT", [("SUCCESS", None, None)])
         states = {"EXTRACT": "success", "LOAD": "failed", "MART": "upstream_failed", "ALERT": "success"}
         assert lc.finish_run("SALES", bad, states).status == "FAILED"
@@ -153,7 +158,7 @@ def table(text: str, title: str, first_header: str = "PIPELINE_RUN_ID") -> list[
     assert lines[start].startswith(first_header)
     headers = lines[start].split()
     body = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.strip():
             break
         cells = re.split(r"\s{2,}", line)
@@ -162,7 +167,9 @@ def table(text: str, title: str, first_header: str = "PIPELINE_RUN_ID") -> list[
     return body
 
 
-def counts(source=None, target=None, insert=None, update=None, delete=None, rows=None) -> dict[str, int | None]:  # noqa: ANN001
+def counts(
+    source=None, target=None, insert=None, update=None, delete=None, rows=None
+) -> dict[str, int | None]:  # noqa: ANN001
     return {"source_count": source, "target_count": target, "insert_count": insert, "update_count": update,
             "delete_count": delete, "rows_written": rows}  # fmt: skip
 
@@ -219,7 +226,9 @@ def pipeline_doc(doc: dict[str, Any]) -> dict[str, Any]:
     return doc["pipeline"]
 
 
-def test_history_json_has_every_run_task_run_and_attempt_newest_first(engine: EngineSetup, runs: Runs) -> None:
+def test_history_json_has_every_run_task_run_and_attempt_newest_first(
+    engine: EngineSetup, runs: Runs
+) -> None:
     doc = cli_json(engine, "history", "--pipeline", "SALES")
 
     assert list(doc) == ["pipeline", "runs"]
@@ -227,12 +236,18 @@ def test_history_json_has_every_run_task_run_and_attempt_newest_first(engine: En
     assert stripped_ids(normalized(doc["runs"])) == expected_runs(runs)
 
 
-def test_history_limit_keeps_the_newest_runs_and_only_their_task_runs(engine: EngineSetup, runs: Runs) -> None:
+def test_history_limit_keeps_the_newest_runs_and_only_their_task_runs(
+    engine: EngineSetup, runs: Runs
+) -> None:
     doc = cli_json(engine, "history", "--pipeline", "SALES", "--limit", "2")
 
     assert stripped_ids(normalized(doc["runs"])) == expected_runs(runs)[:2]
-    assert [r["pipeline_run_id"] for r in cli_json(engine, "history", "--pipeline", "OTHER")["runs"]] == [runs.other]
-    everything = cli_json(engine, "history", "--pipeline", "SALES", "--limit", str(10**30))  # beyond any SQL LIMIT
+    assert [r["pipeline_run_id"] for r in cli_json(engine, "history", "--pipeline", "OTHER")["runs"]] == [
+        runs.other
+    ]
+    everything = cli_json(
+        engine, "history", "--pipeline", "SALES", "--limit", str(10**30)
+    )  # beyond any SQL LIMIT
     assert [r["pipeline_run_id"] for r in everything["runs"]] == [runs.running, runs.failed, runs.ok]
 
 
@@ -245,7 +260,9 @@ def test_history_timestamps_are_the_stored_ones_in_utc(engine: EngineSetup, runs
     run = cli_json(engine, "history", "--pipeline", "SALES")["runs"][-1]
 
     assert run["pipeline_run_id"] == runs.ok
-    assert datetime.fromisoformat(run["start_date"]) == start.replace(microsecond=start.microsecond // 1000 * 1000)
+    assert datetime.fromisoformat(run["start_date"]) == start.replace(
+        microsecond=start.microsecond // 1000 * 1000
+    )
     assert datetime.fromisoformat(run["end_date"]) == end.replace(microsecond=end.microsecond // 1000 * 1000)
 
 
@@ -261,7 +278,10 @@ def test_history_table_lists_runs_task_runs_and_attempts(engine: EngineSetup, ru
         (str(runs.failed), "FAILED", "MET", "2 SUCCESS, 1 FAILED, 1 SKIPPED"),
         (str(runs.ok), "SUCCESS", "MET", "3 SUCCESS, 1 SKIPPED"),
     ]
-    assert run_rows[2]["RUN_KEY"] == "airflow:sales_dag:r1" and run_rows[2]["RUN_DATE"] == "2026-07-01T06:00:00.000Z"
+    assert (
+        run_rows[2]["RUN_KEY"] == "airflow:sales_dag:r1"
+        and run_rows[2]["RUN_DATE"] == "2026-07-01T06:00:00.000Z"
+    )
     assert all(ISO_MS.match(r["START_DATE"]) for r in run_rows)
     tasks = {(r["PIPELINE_RUN_ID"], r["TASK_CODE"]): r for r in table(out, "task runs")}
     assert len(tasks) == 9
@@ -272,7 +292,9 @@ def test_history_table_lists_runs_task_runs_and_attempts(engine: EngineSetup, ru
     assert (load["STATUS"], load["ATTEMPT_COUNT"], load["ROWS_WRITTEN"]) == ("FAILED", "2", "-")
     assert load["ERROR_MESSAGE"] == LONG_ERROR[:59] + "…"  # shortened in the table, whole in JSON
     attempts = table(out, "attempts")
-    load_attempts = [a for a in attempts if (a["PIPELINE_RUN_ID"], a["TASK_CODE"]) == (str(runs.failed), "LOAD")]
+    load_attempts = [
+        a for a in attempts if (a["PIPELINE_RUN_ID"], a["TASK_CODE"]) == (str(runs.failed), "LOAD")
+    ]
     assert [(a["ATTEMPT_NUMBER"], a["STATUS"], a["HOST"], a["PID"]) for a in load_attempts] == [
         ("1", "FAILED", HOST, str(PID)), ("2", "FAILED", HOST, str(PID))]  # fmt: skip
     assert load_attempts[0]["ERROR_MESSAGE"] == "OperationalError: connection reset"
@@ -297,8 +319,12 @@ def test_status_shows_the_running_run_and_an_open_pause(engine: EngineSetup, run
     ]
     assert [(r["PIPELINE_RUN_ID"], r["STATUS"], r["RUN_KEY"]) for r in table(out, "current run")] == [
         (str(runs.running), "IN-PROGRESS", "airflow:sales_dag:r3")]  # fmt: skip
-    assert [(r["TASK_CODE"], r["STATUS"], r["END_DATE"]) for r in table(out, "task runs")] == [("EXTRACT", "IN-PROGRESS", "-")]
-    assert [(a["ATTEMPT_NUMBER"], a["STATUS"], a["PID"]) for a in table(out, "attempts")] == [("1", "RUNNING", str(PID))]
+    assert [(r["TASK_CODE"], r["STATUS"], r["END_DATE"]) for r in table(out, "task runs")] == [
+        ("EXTRACT", "IN-PROGRESS", "-")
+    ]
+    assert [(a["ATTEMPT_NUMBER"], a["STATUS"], a["PID"]) for a in table(out, "attempts")] == [
+        ("1", "RUNNING", str(PID))
+    ]
 
     doc = cli_json(engine, "status", "--pipeline", "SALES")
     assert list(doc) == ["pipeline", "pause", "run"]
@@ -316,7 +342,11 @@ def test_status_without_a_running_run_shows_the_latest(engine: EngineSetup, runs
         (str(runs.other), "SUCCESS", "1 SUCCESS")]  # fmt: skip
     assert [(r["TASK_CODE"], r["ROWS_WRITTEN"]) for r in table(out, "task runs")] == [("COPY", "1")]
     doc = cli_json(engine, "status", "--pipeline", "OTHER")
-    assert (doc["pause"], doc["run"]["pipeline_run_id"], doc["pipeline"]["sla_in_hours"]) == (None, runs.other, None)
+    assert (doc["pause"], doc["run"]["pipeline_run_id"], doc["pipeline"]["sla_in_hours"]) == (
+        None,
+        runs.other,
+        None,
+    )
 
 
 def test_a_pipeline_without_runs_says_so(engine: EngineSetup, runs: Runs) -> None:
@@ -330,7 +360,9 @@ def test_a_pipeline_without_runs_says_so(engine: EngineSetup, runs: Runs) -> Non
 
 
 @pytest.mark.parametrize("command", ["status", "history"])
-def test_an_unknown_pipeline_exits_4_with_one_error_line(engine: EngineSetup, runs: Runs, command: str) -> None:
+def test_an_unknown_pipeline_exits_4_with_one_error_line(
+    engine: EngineSetup, runs: Runs, command: str
+) -> None:
     for fmt in ("table", "json"):
         status, out, err = cli(engine, command, "--pipeline", "SALE", "--format", fmt)
 
@@ -353,7 +385,11 @@ def test_history_limit_below_one_is_a_usage_error(tmp_path: Path, capsys: pytest
                                                   message: str) -> None:  # fmt: skip
     out, err = io.StringIO(), io.StringIO()
     with pytest.raises(SystemExit) as exited:
-        main(["history", "--pipeline", "SALES", "--limit", limit, "--config", str(tmp_path / "none.yml")], out, err)
+        main(
+            ["history", "--pipeline", "SALES", "--limit", limit, "--config", str(tmp_path / "none.yml")],
+            out,
+            err,
+        )
 
     assert exited.value.code == 2
     usage = capsys.readouterr().err

@@ -44,17 +44,23 @@ def test_postgres_connections_use_the_profile_schema_as_search_path(make_engine)
     setup = make_engine("postgresql")
     hook = setup.hook()
     with hook.get_conn() as conn, conn.cursor() as cur:
-        cur.execute("SELECT current_schema(), current_setting('search_path'), current_setting('application_name')")
+        cur.execute(
+            "SELECT current_schema(), current_setting('search_path'), current_setting('application_name')"
+        )
         assert cur.fetchone() == (setup.database.schema, f'"{setup.database.schema}"', "etl-craft-airflow")
 
 
 @pytest.mark.postgres
 def test_postgres_url_query_settings_reach_the_driver(pg_database, tmp_path, monkeypatch) -> None:
-    text = pg_profile_yaml(pg_database).replace("?sslmode=require", "?sslmode=disable&application_name=etl-query-test")
+    text = pg_profile_yaml(pg_database).replace(
+        "?sslmode=require", "?sslmode=disable&application_name=etl-query-test"
+    )
     monkeypatch.setenv("ENGINE_SECRET", pg_database.password)
     hook = EngineDBHook.from_config(write_config(tmp_path, text))
     with hook.get_conn() as conn, conn.cursor() as cur:
-        cur.execute("SELECT ssl, current_setting('application_name') FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        cur.execute(
+            "SELECT ssl, current_setting('application_name') FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+        )
         assert cur.fetchone() == (False, "etl-query-test")
 
 
@@ -102,7 +108,9 @@ def test_unreachable_postgres_is_retryable(tmp_path, monkeypatch) -> None:
 
 def test_uri_and_descriptions_never_show_the_secret(engine: EngineSetup) -> None:
     hook = engine.hook()
-    shown = " ".join([hook.get_uri(), hook.engine.describe(), hook.engine_profile.describe(), repr(hook.engine_profile)])
+    shown = " ".join(
+        [hook.get_uri(), hook.engine.describe(), hook.engine_profile.describe(), repr(hook.engine_profile)]
+    )
     for secret in engine.env.values():
         assert secret not in shown
     assert hook.dialect_name == engine.dialect
@@ -120,7 +128,9 @@ def test_test_connection_reports_whether_the_engine_tables_exist(engine: EngineS
 def test_dbapi_methods_work_on_the_engine_db(engine: EngineSetup) -> None:
     hook = engine.hook()
     hook.init_db()
-    hook.run("INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('P1', 'One', 'FULL')")
+    hook.run(
+        "INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('P1', 'One', 'FULL')"
+    )
     assert hook.get_records("SELECT PIPELINE_CODE, ACTIVE_FLAG FROM CFG_PIPELINES") == [("P1", "Y")]
 
 

@@ -118,13 +118,17 @@ class Db:
             if state == "FAILED":
                 self.lc.finish_task(handle, "FAILED", error="upstream broke")
             else:
-                self.lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=5 if state == "SUCCESS_ROWS" else 0))
+                self.lc.finish_task(
+                    handle, "SUCCESS", TaskCounts(rows_written=5 if state == "SUCCESS_ROWS" else 0)
+                )
             self.lc.finish_run("UP", who, {"U1": "failed" if state == "FAILED" else "success"})
         assert self.status(run_id) == ("IN-PROGRESS" if state == "IN-PROGRESS" else state.split("_")[0])
         return run_id
 
     def status(self, run_id: int) -> str:
-        return self.records("SELECT STATUS FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?", run_id)[0][0]
+        return self.records("SELECT STATUS FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?", run_id)[0][
+            0
+        ]
 
     def decisions(self, run_id: int) -> list[tuple[Any, ...]]:
         return self.records(
@@ -229,18 +233,24 @@ def test_truth_table_for_same_pipeline_task_edges(db: Db, state: str) -> None:
         if state != "NONE":
             handle = db.lc.start_task("SAME", "A", who, 1)
             if state in ("SUCCESS_ROWS", "SUCCESS_NO_ROWS"):
-                db.lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=5 if state == "SUCCESS_ROWS" else 0))
+                db.lc.finish_task(
+                    handle, "SUCCESS", TaskCounts(rows_written=5 if state == "SUCCESS_ROWS" else 0)
+                )
             elif state in ("FAILED", "CANCELLED"):
                 db.lc.finish_task(handle, state)
     for kind in TYPES:
-        assert _task_outcome(db, "SAME", f"B_{kind}", who, states=airflow) == TRUTH_SAME_RUN[state][kind], kind
+        assert _task_outcome(db, "SAME", f"B_{kind}", who, states=airflow) == TRUTH_SAME_RUN[state][kind], (
+            kind
+        )
 
 
 def test_same_pipeline_upstream_without_a_row_is_read_from_airflow(db: Db) -> None:
     who = db.ident("same")
     db.lc.claim("SAME", who)
     assert _task_outcome(db, "SAME", "B_SUCCESS", who, states={"A": "running"}) == "wait"
-    assert _task_outcome(db, "SAME", "B_FAILURE", who, states={"A": "failed"}) == "run"  # failed before recording
+    assert (
+        _task_outcome(db, "SAME", "B_FAILURE", who, states={"A": "failed"}) == "run"
+    )  # failed before recording
     assert _task_outcome(db, "SAME", "B_ALWAYS", who, states={"A": "upstream_failed"}) == "run"
     assert _task_outcome(db, "SAME", "B_SUCCESS", who, states={"A": "upstream_failed"}) == "skip"
 
@@ -259,7 +269,9 @@ def test_same_pipeline_upstream_without_a_row_is_read_from_airflow(db: Db) -> No
     ("FAILED", "FAILED", None, {"ANY_OF": "wait", "TWO_OF": "skip", "ALL_OF": "skip"}),
     ("SUCCESS", "FAILED", None, {"ANY_OF": "run", "TWO_OF": "wait", "ALL_OF": "skip"}),
 ])  # fmt: skip
-def test_run_conditions_any_n_and_all(db: Db, x: str, y: str, z: str | None, expected: dict[str, str]) -> None:
+def test_run_conditions_any_n_and_all(
+    db: Db, x: str, y: str, z: str | None, expected: dict[str, str]
+) -> None:
     who = db.ident("cond")
     run_id = db.lc.claim("COND", who).pipeline_run_id
     for code, end in (("X", x), ("Y", y), ("Z", z)):
@@ -277,15 +289,18 @@ def test_the_claim_names_tasks_that_need_a_lenient_trigger_rule(db: Db) -> None:
     codes = ["X", "Y", "Z", "ANY_OF", "TWO_OF", "ALL_OF", "DATA_OF"]
     assert db.lc.claim("COND", db.ident("cond"), codes).lenient_tasks == ("ANY_OF", "TWO_OF")
     assert db.lc.claim("SAME", db.ident("same"), ["A", *(f"B_{k}" for k in TYPES)]).lenient_tasks == (
-        "B_ALWAYS", "B_FAILURE")
+        "B_ALWAYS",
+        "B_FAILURE",
+    )
 
 
 def test_has_data_reads_the_rows_the_upstream_task_wrote(db: Db) -> None:
     for rows, expected in ((0, "skip"), (3, "run")):
         who = db.ident("cond")
         db.lc.claim("COND", who)
-        db.lc.finish_task(db.lc.start_task("COND", "X", who, 1), "SUCCESS",
-                          TaskCounts.from_result({"insert_count": rows}))  # rows_written = inserts
+        db.lc.finish_task(
+            db.lc.start_task("COND", "X", who, 1), "SUCCESS", TaskCounts.from_result({"insert_count": rows})
+        )  # rows_written = inserts
         assert _task_outcome(db, "COND", "DATA_OF", who) == expected
         db.lc.finish_run("COND", who, {})
 
@@ -316,7 +331,9 @@ def test_a_repaired_upstream_run_satisfies_only_edges_that_consume_repairs(db: D
     assert db.lc.claim("UP", who).action == "REOPENED"
     db.lc.finish_task(db.lc.start_task("UP", "U1", who, 2), "SUCCESS", TaskCounts(rows_written=2))
     db.lc.finish_run("UP", who, {"U1": "success"})
-    assert db.records("SELECT OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?", up_run) == [(1,)]
+    assert db.records(
+        "SELECT OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?", up_run
+    ) == [(1,)]
     skipped = db.lc.claim("P_SUCCESS", db.ident("p"))
     assert skipped.action == "SKIPPED" and "CONSUME_REPAIRS='N'" in skipped.reason
     repaired = db.run_downstream_pipeline("REPAIRS", db.ident("r"))
@@ -328,12 +345,16 @@ def test_a_failed_downstream_consumes_nothing_and_is_judged_again_against_the_sa
     failed = db.run_downstream_pipeline("P_SUCCESS", db.ident("p"), task_status="FAILED")
     assert db.status(failed) == "FAILED" and db.consumed("P_SUCCESS") == []
     retried = db.run_downstream_pipeline("P_SUCCESS", db.ident("p"))
-    assert db.decisions(retried)[0][1] == up_run and db.consumed("P_SUCCESS") == [(retried, up_run, 0, None, None)]
+    assert db.decisions(retried)[0][1] == up_run and db.consumed("P_SUCCESS") == [
+        (retried, up_run, 0, None, None)
+    ]
 
 
 def test_a_task_edge_consumes_on_attempt_success_only(db: Db) -> None:
     up_run = db.upstream("SUCCESS_ROWS")
-    up_task_run = db.records("SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?", up_run)[0][0]
+    up_task_run = db.records("SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?", up_run)[0][
+        0
+    ]
     who = db.ident("down")
     run_id = db.lc.claim("DOWN", who).pipeline_run_id
     db.lc.finish_task(db.lc.start_task("DOWN", "D_SUCCESS", who, 1), "FAILED", error="boom")
@@ -360,7 +381,9 @@ def test_backfill_runs_of_the_upstream_are_invisible(db: Db) -> None:
 # -- pauses ---------------------------------------------------------------------------------------------
 
 
-def test_a_paused_pipeline_skips_its_claims_and_holds_its_tasks_until_resumed(db: Db, engine: EngineSetup) -> None:
+def test_a_paused_pipeline_skips_its_claims_and_holds_its_tasks_until_resumed(
+    db: Db, engine: EngineSetup
+) -> None:
     running = db.ident("same")
     db.lc.claim("SAME", running)
     out = io.StringIO()

@@ -60,7 +60,10 @@ def test_init_db_refuses_a_partial_engine_schema(engine: EngineSetup) -> None:
 def test_init_db_refuses_a_schema_made_by_another_version(engine: EngineSetup) -> None:
     engine.hook().init_db()
     hook = engine.hook()
-    hook.run(f"UPDATE SCHEMA_MIGRATIONS SET CHECKSUM = {hook.placeholder} WHERE SOURCE = 'ENGINE'", parameters=("0" * 64,))
+    hook.run(
+        f"UPDATE SCHEMA_MIGRATIONS SET CHECKSUM = {hook.placeholder} WHERE SOURCE = 'ENGINE'",
+        parameters=("0" * 64,),
+    )
     with pytest.raises(EngineDBError, match="different etl-craft version"):
         engine.hook().init_db()
 
@@ -76,20 +79,29 @@ def test_migrate_applies_project_files_in_order_with_checksums(engine: EngineSet
     assert result.init.created
     assert result.applied == ["PROJECT 0001_table.sql", "PROJECT 0002_rows.sql"]
     assert rows(engine, "SELECT N FROM T_ORDER ORDER BY N") == [(1,), (2,)]
-    ledger = rows(engine, "SELECT VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'PROJECT' ORDER BY VERSION")
-    assert ledger == [(name, hashlib.sha256(files[name].encode()).hexdigest()) for name in ("0001_table.sql", "0002_rows.sql")]
+    ledger = rows(
+        engine, "SELECT VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'PROJECT' ORDER BY VERSION"
+    )
+    assert ledger == [
+        (name, hashlib.sha256(files[name].encode()).hexdigest())
+        for name in ("0001_table.sql", "0002_rows.sql")
+    ]
     assert engine.hook().migrate(folder).applied == []  # nothing pending the second time
     status, out, _ = cli(engine, "migrate", "--migrations-dir", str(folder))
     assert status == 0 and "0 migration(s) applied" in out
 
 
 def test_migrate_finds_migrations_beside_the_config_file(engine: EngineSetup) -> None:
-    write_migrations(engine.config_path.parent / "migrations", {"0001_t.sql": "CREATE TABLE BESIDE (X INTEGER);\n"})
+    write_migrations(
+        engine.config_path.parent / "migrations", {"0001_t.sql": "CREATE TABLE BESIDE (X INTEGER);\n"}
+    )
     status, out, _ = cli(engine, "migrate")
     assert status == 0 and "applied PROJECT 0001_t.sql" in out
 
 
-def test_migrate_refuses_before_applying_anything_when_an_applied_file_was_edited(engine: EngineSetup, tmp_path: Path) -> None:
+def test_migrate_refuses_before_applying_anything_when_an_applied_file_was_edited(
+    engine: EngineSetup, tmp_path: Path
+) -> None:
     folder = write_migrations(tmp_path / "migs", {"0001_a.sql": "CREATE TABLE A1 (X INTEGER);\n"})
     engine.hook().migrate(folder)
     write_migrations(folder, {"0001_a.sql": "CREATE TABLE A1 (X INTEGER, Y INTEGER);\n",
@@ -109,7 +121,9 @@ def test_migrate_refuses_when_an_applied_file_was_removed(engine: EngineSetup, t
         engine.hook().migrate(folder)
 
 
-def test_migrate_refuses_a_new_file_that_sorts_before_an_applied_one(engine: EngineSetup, tmp_path: Path) -> None:
+def test_migrate_refuses_a_new_file_that_sorts_before_an_applied_one(
+    engine: EngineSetup, tmp_path: Path
+) -> None:
     folder = write_migrations(tmp_path / "migs", {"0002_b.sql": "CREATE TABLE B2 (X INTEGER);\n"})
     engine.hook().migrate(folder)
     write_migrations(folder, {"0001_a.sql": "CREATE TABLE A1 (X INTEGER);\n"})
@@ -126,7 +140,9 @@ def test_a_failing_migration_rolls_back_with_its_ledger_row(engine: EngineSetup,
         engine.hook().migrate(folder)
     tables = engine.hook().engine.table_names(engine.hook().get_conn())
     assert "OK1" in tables and "HALF" not in tables
-    assert rows(engine, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'PROJECT'") == [("0001_ok.sql",)]
+    assert rows(engine, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'PROJECT'") == [
+        ("0001_ok.sql",)
+    ]
     (folder / "0002_bad.sql").write_text("CREATE TABLE HALF (X INTEGER);\n")
     assert engine.hook().migrate(folder).applied == ["PROJECT 0002_bad.sql"]
 

@@ -135,7 +135,9 @@ class Db:
         return {code: self.task_run(run_id, code) for code, _ in rows}
 
     def attempts(self, task_run_id: int) -> list[dict[str, Any]]:
-        return self.dicts("AUD_TASK_ATTEMPTS", ATTEMPT_COLS, "TASK_RUN_ID = ?", task_run_id, order="ATTEMPT_NUMBER")
+        return self.dicts(
+            "AUD_TASK_ATTEMPTS", ATTEMPT_COLS, "TASK_RUN_ID = ?", task_run_id, order="ATTEMPT_NUMBER"
+        )
 
     def interventions(self) -> list[dict[str, Any]]:
         return self.dicts("AUD_RUN_INTERVENTIONS", INTERVENTION_COLS, order="INTERVENTION_ID")
@@ -153,8 +155,15 @@ class Db:
         return self.hook.engine.from_db_time(value)
 
     def aud_counts(self) -> tuple[int, int, int, int]:
-        return tuple(self.scalar(f"SELECT COUNT(*) FROM {table}") for table in (  # type: ignore[return-value]
-            "AUD_PIPELINES_RUN_LOG", "AUD_TASK_RUN_LOG", "AUD_TASK_ATTEMPTS", "AUD_RUN_INTERVENTIONS"))
+        return tuple(
+            self.scalar(f"SELECT COUNT(*) FROM {table}")
+            for table in (  # type: ignore[return-value]
+                "AUD_PIPELINES_RUN_LOG",
+                "AUD_TASK_RUN_LOG",
+                "AUD_TASK_ATTEMPTS",
+                "AUD_RUN_INTERVENTIONS",
+            )
+        )
 
 
 @pytest.fixture
@@ -184,7 +193,9 @@ def claim_and_finish(db: Db, identity: RunIdentity, pipeline: str = "SALES",
     assert outcome.pipeline_run_id is not None
     for code, state in states.items():
         if state == "success":
-            db.lc.finish_task(db.lc.start_task(pipeline, code, identity, 1), "SUCCESS", TaskCounts(rows_written=1))
+            db.lc.finish_task(
+                db.lc.start_task(pipeline, code, identity, 1), "SUCCESS", TaskCounts(rows_written=1)
+            )
     finished = db.lc.finish_run(pipeline, identity, states)
     assert not finished.already_ended
     return outcome.pipeline_run_id
@@ -215,7 +226,9 @@ def test_claim_creates_one_in_progress_row_keyed_by_the_airflow_run(db: Db) -> N
 
 def test_claim_of_a_backfill_run_stores_backfill_y_and_the_run_date_in_utc(db: Db) -> None:
     local = datetime(2025, 12, 31, 23, 30, tzinfo=timezone(timedelta(hours=-5)))  # 2026-01-01T04:30Z
-    outcome = db.lc.claim("SALES", ident("backfill__2025-12-31T23:30:00-05:00", run_date=local, backfill=True))
+    outcome = db.lc.claim(
+        "SALES", ident("backfill__2025-12-31T23:30:00-05:00", run_date=local, backfill=True)
+    )
     row = db.run(outcome.pipeline_run_id)
     assert (outcome.action, row["BACKFILL"], row["TRIGGER_KIND"]) == ("CREATED", "Y", "ORCHESTRATOR")
     assert db.t(row["RUN_DATE"]) == datetime(2026, 1, 1, 4, 30, tzinfo=UTC)
@@ -231,7 +244,11 @@ def test_a_second_claim_with_the_same_key_resumes_the_same_run(db: Db) -> None:
     first = db.lc.claim("SALES", ident())
     before = db.runs()
     second = db.lc.claim("SALES", ident())
-    assert (second.action, second.pipeline_run_id, second.blocking) == ("RESUMED", first.pipeline_run_id, None)
+    assert (second.action, second.pipeline_run_id, second.blocking) == (
+        "RESUMED",
+        first.pipeline_run_id,
+        None,
+    )
     assert db.runs() == before
     assert db.aud_counts() == (1, 0, 0, 0)
 
@@ -254,7 +271,9 @@ def test_a_claim_with_another_key_is_blocked_by_the_in_progress_run(db: Db) -> N
     assert db.lc.claim("NO_SLA", ident("run_b")).action == "CREATED"
 
 
-@pytest.mark.parametrize(("states", "ended"), [(ALL_SUCCESS, "SUCCESS"), ({**ALL_SUCCESS, "LOAD": "failed"}, "FAILED")])
+@pytest.mark.parametrize(
+    ("states", "ended"), [(ALL_SUCCESS, "SUCCESS"), ({**ALL_SUCCESS, "LOAD": "failed"}, "FAILED")]
+)
 def test_a_claim_after_the_run_ended_reopens_the_same_row(db: Db, states: dict[str, str], ended: str) -> None:
     identity = ident()
     run_id = claim_and_finish(db, identity, states=states)
@@ -266,7 +285,12 @@ def test_a_claim_after_the_run_ended_reopens_the_same_row(db: Db, states: dict[s
     after = datetime.now(UTC)
     assert (outcome.action, outcome.pipeline_run_id) == ("REOPENED", run_id)
     row = db.run(run_id)
-    assert (row["STATUS"], row["END_DATE"], row["ENDED_BY"], row["ENDED_BY_KIND"]) == ("IN-PROGRESS", None, None, None)
+    assert (row["STATUS"], row["END_DATE"], row["ENDED_BY"], row["ENDED_BY_KIND"]) == (
+        "IN-PROGRESS",
+        None,
+        None,
+        None,
+    )
     assert (row["REPAIR_PENDING"], row["OUTPUT_REVISION"], row["SLA_STATUS"]) == ("Y", 0, "MET")
     (reopen,) = db.interventions()
     assert within(db, reopen.pop("REQUESTED_AT"), before, after)
@@ -279,7 +303,9 @@ def test_a_claim_after_the_run_ended_reopens_the_same_row(db: Db, states: dict[s
     assert len(db.runs()) == 1
     # A retry of the reopening claim resumes; finishing the repair raises the revision once.
     assert db.lc.claim("SALES", identity).action == "RESUMED"
-    assert db.lc.finish_run("SALES", identity, ALL_SUCCESS).status == ended  # LOAD's FAILED row is still there
+    assert (
+        db.lc.finish_run("SALES", identity, ALL_SUCCESS).status == ended
+    )  # LOAD's FAILED row is still there
     row = db.run(run_id)
     assert (row["STATUS"], row["OUTPUT_REVISION"], row["REPAIR_PENDING"]) == (ended, 1, "N")
     assert row["ENDED_BY"] == identity.run_key and row["END_DATE"] is not None
@@ -306,7 +332,9 @@ def test_reopening_is_blocked_while_another_run_of_the_pipeline_is_in_progress(d
 
 
 def test_claim_refuses_a_retired_and_an_unknown_pipeline(db: Db) -> None:
-    with pytest.raises(MetadataError, match=r"pipeline RETIRED is retired \(ACTIVE_FLAG='N'\) in CFG_PIPELINES"):
+    with pytest.raises(
+        MetadataError, match=r"pipeline RETIRED is retired \(ACTIVE_FLAG='N'\) in CFG_PIPELINES"
+    ):
         db.lc.claim("RETIRED", ident())
     with pytest.raises(MetadataError, match=r"pipeline NO_SUCH_PIPELINE does not exist in CFG_PIPELINES"):
         db.lc.claim("NO_SUCH_PIPELINE", ident())
@@ -325,7 +353,9 @@ def test_claim_refuses_task_codes_that_differ_from_the_active_tasks(db: Db) -> N
     message = str(missing.value)
     assert "active CFG_TASKS of SALES that DAG sales_dag does not run: LOAD, NOTIFY" in message
     assert "not active tasks" not in message
-    with pytest.raises(MetadataError, match=r"not active tasks of SALES: OLD_STEP; active CFG_TASKS of SALES .*: NOTIFY"):
+    with pytest.raises(
+        MetadataError, match=r"not active tasks of SALES: OLD_STEP; active CFG_TASKS of SALES .*: NOTIFY"
+    ):
         db.lc.claim("SALES", ident(), ["EXTRACT", "LOAD", "OLD_STEP"])  # a retired task counts as unknown
     assert db.aud_counts() == (0, 0, 0, 0)
     # The same codes in another order (and duplicated) are fine.
@@ -347,11 +377,22 @@ def test_close_abandoned_cancels_the_run_and_loses_its_live_attempts(db: Db) -> 
     row = db.run(run_id)
     assert within(db, row["END_DATE"], before, after)
     assert (row["STATUS"], row["ENDED_BY"], row["ENDED_BY_KIND"], row["REPAIR_PENDING"]) == (
-        "CANCELLED", closer.run_key, "ORCHESTRATOR", "N")
+        "CANCELLED",
+        closer.run_key,
+        "ORCHESTRATOR",
+        "N",
+    )
     tasks = db.task_runs(run_id)
-    assert (tasks["EXTRACT"]["STATUS"], tasks["EXTRACT"]["ERROR_MESSAGE"]) == ("CANCELLED", "abandoned: its DAG run is failed")
+    assert (tasks["EXTRACT"]["STATUS"], tasks["EXTRACT"]["ERROR_MESSAGE"]) == (
+        "CANCELLED",
+        "abandoned: its DAG run is failed",
+    )
     assert tasks["EXTRACT"]["END_DATE"] is not None
-    assert (tasks["LOAD"]["STATUS"], tasks["LOAD"]["ROWS_WRITTEN"], tasks["LOAD"]["ERROR_MESSAGE"]) == ("SUCCESS", 7, None)
+    assert (tasks["LOAD"]["STATUS"], tasks["LOAD"]["ROWS_WRITTEN"], tasks["LOAD"]["ERROR_MESSAGE"]) == (
+        "SUCCESS",
+        7,
+        None,
+    )
     (lost,) = db.attempts(live.task_run_id)
     assert (lost["STATUS"], lost["ERROR_MESSAGE"]) == ("LOST", "abandoned: its DAG run is failed")
     assert within(db, lost["ENDED_AT"], before, after)
@@ -391,7 +432,12 @@ def test_attempt_number_is_the_try_number_and_one_task_run_row_spans_the_tries(d
     assert (first.pipeline_run_id, first.attempt_number, first.task_code) == (run_id, 1, "EXTRACT")
     row = db.task_run(run_id, "EXTRACT")
     assert (row["TASK_RUN_ID"], row["TASK_ID"], row["STATUS"], row["ATTEMPT_COUNT"], row["END_DATE"]) == (
-        first.task_run_id, db.task_id("SALES", "EXTRACT"), "IN-PROGRESS", 1, None)
+        first.task_run_id,
+        db.task_id("SALES", "EXTRACT"),
+        "IN-PROGRESS",
+        1,
+        None,
+    )
     (attempt,) = db.attempts(first.task_run_id)
     for col in ("CLAIMED_AT", "STARTED_AT", "HEARTBEAT_AT"):
         assert within(db, attempt.pop(col), before, datetime.now(UTC))
@@ -406,23 +452,36 @@ def test_attempt_number_is_the_try_number_and_one_task_run_row_spans_the_tries(d
 
     db.lc.finish_task(first, "FAILED", error="ValueError: source file missing")
     row = db.task_run(run_id, "EXTRACT")
-    assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ERROR_MESSAGE"]) == ("FAILED", 1, "ValueError: source file missing")
+    assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ERROR_MESSAGE"]) == (
+        "FAILED",
+        1,
+        "ValueError: source file missing",
+    )
     assert row["END_DATE"] is not None
 
     second = db.lc.start_task("SALES", "EXTRACT", identity, 2)
     assert (second.task_run_id, second.attempt_number) == (first.task_run_id, 2)
     assert second.attempt_id != first.attempt_id and second.owner_id != first.owner_id
     row = db.task_run(run_id, "EXTRACT")
-    assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ERROR_MESSAGE"], row["END_DATE"]) == ("IN-PROGRESS", 2, None, None)
+    assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ERROR_MESSAGE"], row["END_DATE"]) == (
+        "IN-PROGRESS",
+        2,
+        None,
+        None,
+    )
 
-    db.lc.finish_task(second, "SUCCESS", TaskCounts.from_result({"source_count": 10, "INSERT_COUNT": 3, "update_count": 2}))
+    db.lc.finish_task(
+        second, "SUCCESS", TaskCounts.from_result({"source_count": 10, "INSERT_COUNT": 3, "update_count": 2})
+    )
     counts = ("SOURCE_COUNT", "TARGET_COUNT", "INSERT_COUNT", "UPDATE_COUNT", "DELETE_COUNT", "ROWS_WRITTEN")
     row = db.task_run(run_id, "EXTRACT")
     assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ERROR_MESSAGE"]) == ("SUCCESS", 2, None)
     assert tuple(row[c] for c in counts) == (10, None, 3, 2, None, 5)
     attempts = db.attempts(first.task_run_id)
     assert [(a["ATTEMPT_NUMBER"], a["STATUS"], a["ERROR_MESSAGE"]) for a in attempts] == [
-        (1, "FAILED", "ValueError: source file missing"), (2, "SUCCESS", None)]
+        (1, "FAILED", "ValueError: source file missing"),
+        (2, "SUCCESS", None),
+    ]
     assert tuple(attempts[1][c] for c in counts) == (10, None, 3, 2, None, 5)
     assert tuple(attempts[0][c] for c in counts) == (None,) * 6
     assert all(a["ENDED_AT"] is not None for a in attempts)
@@ -489,7 +548,8 @@ def test_a_higher_try_closes_the_live_lower_one_lost(db: Db) -> None:
     attempts = db.attempts(first.task_run_id)
     assert [(a["ATTEMPT_NUMBER"], a["STATUS"]) for a in attempts] == [(1, "LOST"), (3, "RUNNING")]
     assert attempts[0]["ERROR_MESSAGE"] == (
-        "lost: Airflow started try 3 while this attempt was still live (its worker ended without recording)")
+        "lost: Airflow started try 3 while this attempt was still live (its worker ended without recording)"
+    )
     assert attempts[0]["ENDED_AT"] is not None and attempts[1]["ENDED_AT"] is None
     assert db.task_run(run_id, "EXTRACT")["ATTEMPT_COUNT"] == 2
     # The lost worker's late result is refused; the live try records normally.
@@ -527,7 +587,9 @@ def test_start_task_refuses_unknown_and_retired_tasks_and_a_missing_run(db: Db) 
     identity = ident()
     with pytest.raises(MetadataError, match="task NO_SUCH_TASK is not an active task of pipeline SALES"):
         db.lc.start_task("SALES", "NO_SUCH_TASK", identity, 1)
-    with pytest.raises(RunStateError, match=r"no Engine run of pipeline SALES has the run key airflow:sales_dag:"):
+    with pytest.raises(
+        RunStateError, match=r"no Engine run of pipeline SALES has the run key airflow:sales_dag:"
+    ):
         db.lc.start_task("SALES", "EXTRACT", identity, 1)
     with pytest.raises(MetadataError, match="pipeline RETIRED is retired"):
         db.lc.start_task("RETIRED", "ONLY", identity, 1)
@@ -544,20 +606,33 @@ def test_start_task_refuses_unknown_and_retired_tasks_and_a_missing_run(db: Db) 
 
 def test_a_task_started_on_an_ended_run_reopens_it(db: Db) -> None:
     identity = ident()
-    run_id = claim_and_finish(db, identity, states={"EXTRACT": "success", "LOAD": "failed", "NOTIFY": "skipped"})
+    run_id = claim_and_finish(
+        db, identity, states={"EXTRACT": "success", "LOAD": "failed", "NOTIFY": "skipped"}
+    )
     assert db.run(run_id)["STATUS"] == "FAILED"
     handle = db.lc.start_task("SALES", "LOAD", identity, 2)  # LOAD cleared in Airflow
     row = db.run(run_id)
-    assert (row["STATUS"], row["END_DATE"], row["ENDED_BY"], row["REPAIR_PENDING"]) == ("IN-PROGRESS", None, None, "Y")
+    assert (row["STATUS"], row["END_DATE"], row["ENDED_BY"], row["REPAIR_PENDING"]) == (
+        "IN-PROGRESS",
+        None,
+        None,
+        "Y",
+    )
     (reopen,) = db.interventions()
     assert (reopen["ACTION"], reopen["FROM_STATUS"], reopen["TO_STATUS"], reopen["PIPELINE_RUN_ID"]) == (
-        "REOPEN", "FAILED", "IN-PROGRESS", run_id)
+        "REOPEN",
+        "FAILED",
+        "IN-PROGRESS",
+        run_id,
+    )
     assert reopen["REASON"] == "task LOAD ran again in Airflow (cleared)"
     assert reopen["REQUESTED_BY"] == identity.run_key
     load = db.task_run(run_id, "LOAD")
     assert (load["STATUS"], load["ATTEMPT_COUNT"], load["ERROR_MESSAGE"]) == ("IN-PROGRESS", 1, None)
     db.lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=4))
-    outcome = db.lc.finish_run("SALES", identity, {"EXTRACT": "success", "LOAD": "success", "NOTIFY": "skipped"})
+    outcome = db.lc.finish_run(
+        "SALES", identity, {"EXTRACT": "success", "LOAD": "success", "NOTIFY": "skipped"}
+    )
     assert outcome.status == "SUCCESS"
     row = db.run(run_id)
     assert (row["STATUS"], row["OUTPUT_REVISION"], row["REPAIR_PENDING"]) == ("SUCCESS", 1, "N")
@@ -569,7 +644,9 @@ def test_a_task_on_an_ended_run_is_refused_while_another_run_is_in_progress(db: 
     run_id = claim_and_finish(db, old)
     other = db.lc.claim("SALES", ident("run_b")).pipeline_run_id
     before = db.aud_counts()
-    with pytest.raises(StaleTransitionError, match=rf"task LOAD was cleared in airflow:sales_dag:run_a.* run {other} "):
+    with pytest.raises(
+        StaleTransitionError, match=rf"task LOAD was cleared in airflow:sales_dag:run_a.* run {other} "
+    ):
         db.lc.start_task("SALES", "LOAD", old, 2)
     assert db.run(run_id)["STATUS"] == "SUCCESS"
     assert db.aud_counts() == before
@@ -582,35 +659,58 @@ def test_a_task_on_an_ended_run_is_refused_while_another_run_is_in_progress(db: 
 def test_finish_run_records_tasks_airflow_never_ran(db: Db) -> None:
     identity = ident()
     run_id = db.lc.claim("SALES", identity).pipeline_run_id
-    db.lc.finish_task(db.lc.start_task("SALES", "EXTRACT", identity, 1), "SUCCESS", TaskCounts(rows_written=2))
+    db.lc.finish_task(
+        db.lc.start_task("SALES", "EXTRACT", identity, 1), "SUCCESS", TaskCounts(rows_written=2)
+    )
     before = datetime.now(UTC)
     outcome = db.lc.finish_run("SALES", identity, {"EXTRACT": "success", "LOAD": "upstream_failed", "NOTIFY": None,
                                                    "NOT_A_TASK": "success"})  # fmt: skip
     after = datetime.now(UTC)
     assert (outcome.pipeline_run_id, outcome.status, outcome.already_ended) == (run_id, "SUCCESS", False)
-    assert (outcome.skipped, outcome.lost, outcome.failed, outcome.sla_status) == (("LOAD", "NOTIFY"), (), (), "MET")
+    assert (outcome.skipped, outcome.lost, outcome.failed, outcome.sla_status) == (
+        ("LOAD", "NOTIFY"),
+        (),
+        (),
+        "MET",
+    )
     tasks = db.task_runs(run_id)
     assert sorted(tasks) == ["EXTRACT", "LOAD", "NOTIFY"]
     for code, state in (("LOAD", "upstream_failed"), ("NOTIFY", "none")):
         row = tasks[code]
         assert within(db, row["START_DATE"], before, after) and row["END_DATE"] == row["START_DATE"]
         assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ERROR_MESSAGE"], row["TASK_LOG"]) == (
-            "SKIPPED", 0, None, f"not run by Airflow (Airflow state: {state})")
+            "SKIPPED",
+            0,
+            None,
+            f"not run by Airflow (Airflow state: {state})",
+        )
         assert db.attempts(row["TASK_RUN_ID"]) == []
     run = db.run(run_id)
     assert within(db, run["END_DATE"], before, after)
-    assert (run["STATUS"], run["ENDED_BY"], run["ENDED_BY_KIND"], run["SLA_STATUS"], run["OUTPUT_REVISION"]) == (
-        "SUCCESS", identity.run_key, "ORCHESTRATOR", "MET", 0)
+    assert (
+        run["STATUS"],
+        run["ENDED_BY"],
+        run["ENDED_BY_KIND"],
+        run["SLA_STATUS"],
+        run["OUTPUT_REVISION"],
+    ) == ("SUCCESS", identity.run_key, "ORCHESTRATOR", "MET", 0)
 
 
 def test_finish_run_records_a_task_failed_in_airflow_before_it_started(db: Db) -> None:
     identity = ident()
     run_id = db.lc.claim("SALES", identity).pipeline_run_id
-    outcome = db.lc.finish_run("SALES", identity, {"EXTRACT": "failed", "LOAD": "upstream_failed", "NOTIFY": "skipped"})
+    outcome = db.lc.finish_run(
+        "SALES", identity, {"EXTRACT": "failed", "LOAD": "upstream_failed", "NOTIFY": "skipped"}
+    )
     assert (outcome.status, outcome.failed, outcome.skipped) == ("FAILED", ("EXTRACT",), ("LOAD", "NOTIFY"))
     row = db.task_run(run_id, "EXTRACT")
     why = "failed in Airflow before it recorded an attempt (Airflow state: failed)"
-    assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ERROR_MESSAGE"], row["TASK_LOG"]) == ("FAILED", 0, why, why)
+    assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ERROR_MESSAGE"], row["TASK_LOG"]) == (
+        "FAILED",
+        0,
+        why,
+        why,
+    )
     assert db.run(run_id)["STATUS"] == "FAILED"
 
 
@@ -619,17 +719,28 @@ def test_finish_run_closes_live_attempts_lost_and_their_task_runs_failed(db: Db)
     run_id = db.lc.claim("SALES", identity).pipeline_run_id
     live = db.lc.start_task("SALES", "EXTRACT", identity, 1)
     alert = db.lc.start_task("SALES", "NOTIFY", identity, 1)
-    outcome = db.lc.finish_run("SALES", identity, {"EXTRACT": "running", "LOAD": "upstream_failed", "NOTIFY": "running"})
+    outcome = db.lc.finish_run(
+        "SALES", identity, {"EXTRACT": "running", "LOAD": "upstream_failed", "NOTIFY": "running"}
+    )
     assert (outcome.status, outcome.lost, outcome.failed, outcome.skipped) == (
-        "FAILED", ("EXTRACT", "NOTIFY"), ("EXTRACT", "NOTIFY"), ("LOAD",))
+        "FAILED",
+        ("EXTRACT", "NOTIFY"),
+        ("EXTRACT", "NOTIFY"),
+        ("LOAD",),
+    )
     for handle, code in ((live, "EXTRACT"), (alert, "NOTIFY")):
         (attempt,) = db.attempts(handle.task_run_id)
         assert (attempt["STATUS"], attempt["ERROR_MESSAGE"]) == (
-            "LOST", "lost: the attempt was still live when the DAG run finished (its worker ended without recording)")
+            "LOST",
+            "lost: the attempt was still live when the DAG run finished (its worker ended without recording)",
+        )
         assert attempt["ENDED_AT"] is not None
         row = db.task_run(run_id, code)
         assert (row["STATUS"], row["ERROR_MESSAGE"], row["ATTEMPT_COUNT"]) == (
-            "FAILED", "failed: its attempt was lost (the worker ended without recording)", 1)
+            "FAILED",
+            "failed: its attempt was lost (the worker ended without recording)",
+            1,
+        )
         assert row["END_DATE"] is not None
     assert db.run(run_id)["STATUS"] == "FAILED"
 
@@ -643,7 +754,13 @@ def test_finish_run_closes_live_attempts_lost_and_their_task_runs_failed(db: Db)
         ({"EXTRACT": "SUCCESS", "NOTIFY": "CANCELLED"}, "SUCCESS"),
         ({}, "SKIPPED"),
     ],
-    ids=["data-task-failed", "data-task-cancelled", "only-alert-failed", "only-alert-cancelled", "all-skipped"],
+    ids=[
+        "data-task-failed",
+        "data-task-cancelled",
+        "only-alert-failed",
+        "only-alert-cancelled",
+        "all-skipped",
+    ],
 )
 def test_finish_run_decides_the_run_status(db: Db, results: dict[str, str], final: str) -> None:
     identity = ident()
@@ -660,7 +777,8 @@ def test_finish_run_decides_the_run_status(db: Db, results: dict[str, str], fina
     assert outcome.failed == failing
     assert outcome.skipped == tuple(c for c in SALES_TASKS if c not in results)
     assert {c: r["STATUS"] for c, r in db.task_runs(run_id).items()} == {
-        c: results.get(c, "SKIPPED") for c in SALES_TASKS}
+        c: results.get(c, "SKIPPED") for c in SALES_TASKS
+    }
 
 
 @pytest.mark.parametrize(("pipeline", "sla"), [("SALES", "MET"), ("TINY_SLA", "BREACHED"), ("NO_SLA", None)])
@@ -668,7 +786,9 @@ def test_sla_status_is_set_once_from_sla_in_hours(db: Db, pipeline: str, sla: st
     identity = ident()
     run_id = db.lc.claim(pipeline, identity).pipeline_run_id
     time.sleep(0.01)  # 0.0000001 hours is 0.36 ms: make sure the run took longer
-    outcome = db.lc.finish_run(pipeline, identity, {"ONLY": "success"} if pipeline != "SALES" else ALL_SUCCESS)
+    outcome = db.lc.finish_run(
+        pipeline, identity, {"ONLY": "success"} if pipeline != "SALES" else ALL_SUCCESS
+    )
     assert outcome.sla_status == sla
     assert db.run(run_id)["SLA_STATUS"] == sla
     # The SLA flips in CFG (generous <-> tiny); a reopen and a second finish never change SLA_STATUS.
@@ -685,17 +805,25 @@ def test_sla_status_is_set_once_from_sla_in_hours(db: Db, pipeline: str, sla: st
 
 def test_finishing_an_ended_run_changes_nothing(db: Db) -> None:
     identity = ident()
-    run_id = claim_and_finish(db, identity, states={"EXTRACT": "failed", "LOAD": "skipped", "NOTIFY": "skipped"})
+    run_id = claim_and_finish(
+        db, identity, states={"EXTRACT": "failed", "LOAD": "skipped", "NOTIFY": "skipped"}
+    )
     snapshot = (db.runs(), db.task_runs(run_id), db.interventions())
     outcome = db.lc.finish_run("SALES", identity, ALL_SUCCESS)
     assert (outcome.pipeline_run_id, outcome.status, outcome.already_ended, outcome.sla_status) == (
-        run_id, "FAILED", True, "MET")
+        run_id,
+        "FAILED",
+        True,
+        "MET",
+    )
     assert (outcome.skipped, outcome.lost, outcome.failed) == ((), (), ())
     assert (db.runs(), db.task_runs(run_id), db.interventions()) == snapshot
 
 
 def test_finish_run_without_a_run_is_a_run_state_error(db: Db) -> None:
-    with pytest.raises(RunStateError, match=r"no Engine run of pipeline SALES has the run key airflow:sales_dag:nope"):
+    with pytest.raises(
+        RunStateError, match=r"no Engine run of pipeline SALES has the run key airflow:sales_dag:nope"
+    ):
         db.lc.finish_run("SALES", ident("nope"), ALL_SUCCESS)
     db.lc.claim("NO_SLA", ident("nope"))  # the key belongs to another pipeline's run
     with pytest.raises(RunStateError):
@@ -708,7 +836,7 @@ def test_finish_run_without_a_run_is_a_run_state_error(db: Db) -> None:
 
 def test_quotes_and_sql_in_dag_and_run_ids_are_stored_verbatim(db: Db) -> None:
     dag_id = "d'; DROP TABLE CFG_TASKS; --"
-    run_id = "manual__x'); DELETE FROM AUD_PIPELINES_RUN_LOG; --:2026-01-01T00:00:00+00:00 \"q\" %s ?"
+    run_id = 'manual__x\'); DELETE FROM AUD_PIPELINES_RUN_LOG; --:2026-01-01T00:00:00+00:00 "q" %s ?'
     identity = ident(run_id, dag_id=dag_id)
     key = f"airflow:{dag_id}:{run_id}"
     assert identity.run_key == key and RunIdentity.parse_run_key(key) == (dag_id, run_id)
@@ -716,13 +844,18 @@ def test_quotes_and_sql_in_dag_and_run_ids_are_stored_verbatim(db: Db) -> None:
     assert outcome.action == "CREATED"
     handle = db.lc.start_task("SALES", "EXTRACT", identity, 1, log_path="/logs/'; DROP TABLE X; --")
     db.lc.finish_task(handle, "FAILED", error="syntax error near '; DROP TABLE AUD_TASK_ATTEMPTS; --")
-    finished = db.lc.finish_run("SALES", identity, {**ALL_SUCCESS, "x'); DROP TABLE CFG_PIPELINES; --": "failed"})
+    finished = db.lc.finish_run(
+        "SALES", identity, {**ALL_SUCCESS, "x'); DROP TABLE CFG_PIPELINES; --": "failed"}
+    )
     assert finished.status == "FAILED"
     run = db.run(outcome.pipeline_run_id)
     assert (run["RUN_KEY"], run["STARTED_BY"], run["OWNER_ID"], run["ENDED_BY"]) == (key, key, key, key)
     (attempt,) = db.attempts(handle.task_run_id)
     assert (attempt["REQUESTED_BY"], attempt["LOG_PATH"], attempt["ERROR_MESSAGE"]) == (
-        key, "/logs/'; DROP TABLE X; --", "syntax error near '; DROP TABLE AUD_TASK_ATTEMPTS; --")
+        key,
+        "/logs/'; DROP TABLE X; --",
+        "syntax error near '; DROP TABLE AUD_TASK_ATTEMPTS; --",
+    )
     # The run key is found again by value: resume, reopen.
     assert db.lc.claim("SALES", identity).action == "REOPENED"
     assert db.interventions()[0]["REASON"] == f"Airflow DAG run {run_id} of {dag_id} ran again (cleared)"
@@ -790,7 +923,10 @@ def test_claim_and_finish_wait_for_the_pipeline_lock_and_time_out(db: Db) -> Non
                 impatient.finish_run("SALES", identity, ALL_SUCCESS)
             # Task attempts take no pipeline lock: a running pipeline's tasks are not serialised.
             impatient.finish_task(impatient.start_task("SALES", "EXTRACT", identity, 1), "SUCCESS")
-        assert db.run(db.scalar("SELECT MAX(PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG"))["STATUS"] == "IN-PROGRESS"
+        assert (
+            db.run(db.scalar("SELECT MAX(PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG"))["STATUS"]
+            == "IN-PROGRESS"
+        )
         assert impatient.finish_run("SALES", identity, ALL_SUCCESS).status == "SUCCESS"
 
 

@@ -206,7 +206,9 @@ def claim_and_run(hook: EngineDBHook, index: int, together: Any, with_test: Any,
     outbox.put((index, "DONE", None))
 
 
-def test_concurrent_claims_create_exactly_one_run_and_never_two_in_progress(setup: EngineSetup, pool: Pool) -> None:
+def test_concurrent_claims_create_exactly_one_run_and_never_two_in_progress(
+    setup: EngineSetup, pool: Pool
+) -> None:
     n, runs_each = WORKERS, 5
     pool.run(claim_and_run, setup, runs_each=runs_each)
 
@@ -242,13 +244,17 @@ def test_concurrent_claims_create_exactly_one_run_and_never_two_in_progress(setu
         assert live == [run_id], (key, run_id, live)  # while it ran, it was the only IN-PROGRESS run
         assert status == "SUCCESS"
     # No run row is lost or doubled: every reported run is there, once, SUCCESS, with its task row.
-    rows = records(setup, "SELECT RUN_KEY, PIPELINE_RUN_ID, STATUS FROM AUD_PIPELINES_RUN_LOG ORDER BY PIPELINE_RUN_ID")
+    rows = records(
+        setup, "SELECT RUN_KEY, PIPELINE_RUN_ID, STATUS FROM AUD_PIPELINES_RUN_LOG ORDER BY PIPELINE_RUN_ID"
+    )
     assert rows[0] == (f"airflow:sales_dag:first_{winner}", created_id, "SKIPPED")
     assert sorted(rows[1:]) == sorted((key, run_id, "SUCCESS") for key, run_id, _, _ in runs)
     assert len({r[0] for r in rows}) == len(rows) == n * runs_each + 1
     tasks = records(setup, "SELECT COUNT(*), MIN(t.STATUS), MAX(t.STATUS), SUM(t.ROWS_WRITTEN) FROM AUD_TASK_RUN_LOG t "
                            "JOIN CFG_TASKS c ON c.TASK_ID = t.TASK_ID WHERE c.TASK_CODE = 'EXTRACT'")  # fmt: skip
-    assert tasks == [(n * runs_each, "SUCCESS", "SUCCESS", sum(i * 100 + j for i in range(n) for j in range(runs_each)))]
+    assert tasks == [
+        (n * runs_each, "SUCCESS", "SUCCESS", sum(i * 100 + j for i in range(n) for j in range(runs_each)))
+    ]
 
 
 # -- (c) a worker killed with SIGKILL ----------------------------------------------------------------------
@@ -280,7 +286,10 @@ def test_a_killed_worker_leaves_its_attempt_to_be_closed_lost(setup: EngineSetup
             assert len(line) == 3, proc.stderr.read() if proc.stderr else line
             started[line[0]] = (int(line[1]), int(line[2]))
         rows = records(setup, "SELECT ATTEMPT_ID, STATUS, PID FROM AUD_TASK_ATTEMPTS ORDER BY ATTEMPT_ID")
-        assert rows == [(started["EXTRACT"][0], "RUNNING", proc.pid), (started["LOAD"][0], "RUNNING", proc.pid)]
+        assert rows == [
+            (started["EXTRACT"][0], "RUNNING", proc.pid),
+            (started["LOAD"][0], "RUNNING", proc.pid),
+        ]
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:
@@ -293,13 +302,22 @@ def test_a_killed_worker_leaves_its_attempt_to_be_closed_lost(setup: EngineSetup
         retry = lc.start_task("SALES", "LOAD", identity, 2)
         lc.finish_task(retry, "SUCCESS")
         # Nobody retries EXTRACT: the finish task closes its attempt LOST and the task run FAILED.
-        outcome = lc.finish_run("SALES", identity, {"EXTRACT": "failed", "LOAD": "success", "NOTIFY": "skipped"})
+        outcome = lc.finish_run(
+            "SALES", identity, {"EXTRACT": "failed", "LOAD": "success", "NOTIFY": "skipped"}
+        )
     assert (outcome.status, outcome.lost, outcome.failed, outcome.skipped) == (
-        "FAILED", ("EXTRACT",), ("EXTRACT",), ("NOTIFY",))
+        "FAILED",
+        ("EXTRACT",),
+        ("EXTRACT",),
+        ("NOTIFY",),
+    )
     rows = records(setup, "SELECT ATTEMPT_ID, ATTEMPT_NUMBER, STATUS, ERROR_MESSAGE FROM AUD_TASK_ATTEMPTS "
                           "ORDER BY ATTEMPT_ID")  # fmt: skip
     assert [(r[0], r[1], r[2]) for r in rows] == [
-        (started["EXTRACT"][0], 1, "LOST"), (started["LOAD"][0], 1, "LOST"), (retry.attempt_id, 2, "SUCCESS")]
+        (started["EXTRACT"][0], 1, "LOST"),
+        (started["LOAD"][0], 1, "LOST"),
+        (retry.attempt_id, 2, "SUCCESS"),
+    ]
     assert rows[0][3].startswith("lost: the attempt was still live when the DAG run finished")
     assert rows[1][3].startswith("lost: Airflow started try 2 while this attempt was still live")
     rows = records(setup, "SELECT c.TASK_CODE, t.STATUS, t.ATTEMPT_COUNT FROM AUD_TASK_RUN_LOG t "

@@ -102,7 +102,12 @@ def test_a_lock_timeout_names_the_lock(engine: EngineSetup) -> None:
         pass
     with holder(engine, "migrate"):
         err = io.StringIO()
-        assert main(["init-db", "--lock-timeout", "0.5", "--config", str(engine.config_path)], io.StringIO(), err) == 14
+        assert (
+            main(
+                ["init-db", "--lock-timeout", "0.5", "--config", str(engine.config_path)], io.StringIO(), err
+            )
+            == 14
+        )
         assert "lock 'migrate'" in err.getvalue() and err.getvalue().count("error:") == 1
 
 

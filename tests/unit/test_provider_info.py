@@ -25,7 +25,9 @@ def test_connection_type_points_at_the_hook_and_declares_its_form() -> None:
     assert conn_type["connection-type"] == EngineDBHook.conn_type == "etl_craft"
     module, _, name = conn_type["hook-class-name"].rpartition(".")
     assert getattr(__import__(module, fromlist=[name]), name) is EngineDBHook
-    assert {"config_path", "profile", "jdbc_url", "engine_schema", "auth_mode"} <= set(conn_type["conn-fields"])
+    assert {"config_path", "profile", "jdbc_url", "engine_schema", "auth_mode"} <= set(
+        conn_type["conn-fields"]
+    )
     assert conn_type["ui-field-behaviour"]["relabeling"]["schema"] == "Database"
 
 
@@ -38,7 +40,9 @@ def test_connection_type_points_at_the_hook_and_declares_its_form() -> None:
     ids=["providers-list", "providers-hooks"],
 )
 def test_airflow_cli_discovers_the_provider(command: list[str], expected: str) -> None:
-    done = subprocess.run([*airflow_cli(), *command], capture_output=True, text=True, env=os.environ.copy(), timeout=300)
+    done = subprocess.run(
+        [*airflow_cli(), *command], capture_output=True, text=True, env=os.environ.copy(), timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(done.stdout[done.stdout.index("[") :])
     assert any(expected in json.dumps(row) for row in rows), done.stdout[-2000:]

@@ -45,7 +45,8 @@ def test_any_mapping_type_is_accepted() -> None:
 def test_rows_written_is_derived_from_the_given_insert_update_delete_counts() -> None:
     assert TaskCounts.from_result({"insert_count": 3, "update_count": 2, "delete_count": 1}).rows_written == 6
     assert TaskCounts.from_result({"update_count": 7, "source_count": 100}) == TaskCounts(
-        source_count=100, update_count=7, rows_written=7)
+        source_count=100, update_count=7, rows_written=7
+    )
     assert TaskCounts.from_result({"delete_count": 0}) == TaskCounts(delete_count=0, rows_written=0)
     # Explicit rows_written wins over the sum; None values count as absent.
     assert TaskCounts.from_result({"insert_count": 3, "rows_written": 10}).rows_written == 10
@@ -60,7 +61,8 @@ def test_a_task_counts_value_is_taken_as_it_is_with_rows_written_derived() -> No
     counts = TaskCounts(source_count=1, rows_written=9)
     assert TaskCounts.from_result(counts) is counts
     assert TaskCounts.from_result(TaskCounts(insert_count=2, update_count=3)) == TaskCounts(
-        insert_count=2, update_count=3, rows_written=5)
+        insert_count=2, update_count=3, rows_written=5
+    )
     assert TaskCounts.from_result(TaskCounts()) == TaskCounts()
 
 
@@ -172,8 +174,20 @@ def test_parse_run_key_round_trips_run_ids_with_colons(dag_id: str, run_id: str)
 
 @pytest.mark.parametrize(
     "key",
-    [None, "", "airflow", "airflow:", "airflow:dag", "airflow:dag:", "airflow::run", "cli:dag:run",
-     "AIRFLOW:dag:run", "schedule:2026-01-02", "airflowx:dag:run", ":dag:run"],
+    [
+        None,
+        "",
+        "airflow",
+        "airflow:",
+        "airflow:dag",
+        "airflow:dag:",
+        "airflow::run",
+        "cli:dag:run",
+        "AIRFLOW:dag:run",
+        "schedule:2026-01-02",
+        "airflowx:dag:run",
+        ":dag:run",
+    ],
 )
 def test_parse_run_key_returns_none_for_keys_not_written_by_the_provider(key: str | None) -> None:
     assert RunIdentity.parse_run_key(key) is None
@@ -203,8 +217,16 @@ def test_from_context_falls_back_to_run_after_without_a_logical_date() -> None:
 
 @pytest.mark.parametrize(
     ("run_type", "backfill"),
-    [("backfill", True), ("BACKFILL", True), ("DagRunType.BACKFILL_JOB", False), ("manual", False),
-     ("scheduled", False), ("asset_triggered", False), (None, False), ("", False)],
+    [
+        ("backfill", True),
+        ("BACKFILL", True),
+        ("DagRunType.BACKFILL_JOB", False),
+        ("manual", False),
+        ("scheduled", False),
+        ("asset_triggered", False),
+        (None, False),
+        ("", False),
+    ],
 )
 def test_from_context_detects_backfill_runs(run_type: str | None, backfill: bool) -> None:
     assert RunIdentity.from_context(dag_run(run_type=run_type)).backfill is backfill
@@ -229,11 +251,26 @@ def test_check_code_accepts_valid_codes(code: str) -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["", "1SALES", "_SALES", "SALES-DAILY", "SALES DAILY", "a" * 129, "SALES;", "S'; DROP TABLE X; --",
-     "ÜBER", "sales.daily", None, 12, b"SALES"],
+    [
+        "",
+        "1SALES",
+        "_SALES",
+        "SALES-DAILY",
+        "SALES DAILY",
+        "a" * 129,
+        "SALES;",
+        "S'; DROP TABLE X; --",
+        "ÜBER",
+        "sales.daily",
+        None,
+        12,
+        b"SALES",
+    ],
 )
 def test_check_code_refuses_invalid_codes_naming_the_argument(code: Any) -> None:
-    with pytest.raises(ValueError, match=r"task_code .* is not a valid etl-craft code: it must start with a letter"):
+    with pytest.raises(
+        ValueError, match=r"task_code .* is not a valid etl-craft code: it must start with a letter"
+    ):
         check_code("task_code", code)
 
 

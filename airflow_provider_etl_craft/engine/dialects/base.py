@@ -120,4 +120,3 @@ class EngineDialect(ABC):
 
     def describe(self) -> str:
         return self.profile.target.describe()
-

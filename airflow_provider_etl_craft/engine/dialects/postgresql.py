@@ -20,7 +20,13 @@ _TRANSIENT = ("could not connect", "connection refused", "timeout expired", "tim
               "no route to host", "network is unreachable", "server closed the connection", "starting up",
               "shutting down", "too many connections", "remaining connection slots", "connection reset")  # fmt: skip
 #: libpq messages about the client's own key or certificate (key_file mode), not the server's answer.
-_CLIENT_KEY = ("private key", "bad decrypt", "group or world access", "client certificate", "certificate file")
+_CLIENT_KEY = (
+    "private key",
+    "bad decrypt",
+    "group or world access",
+    "client certificate",
+    "certificate file",
+)
 
 
 class PostgresDialect(EngineDialect):
@@ -53,7 +59,9 @@ class PostgresDialect(EngineDialect):
                 f"{self.profile.origin}: {setting} is '{self.profile.auth_mode}', which needs psycopg 3 with libpq 18 "
                 "or newer: pip install 'airflow-provider-etl-craft[sso]'"
             ) from None
-        check_libpq(psycopg.pq.version(), f"{self.profile.origin}: {setting}", f"psycopg {psycopg.__version__}")
+        check_libpq(
+            psycopg.pq.version(), f"{self.profile.origin}: {setting}", f"psycopg {psycopg.__version__}"
+        )
         return psycopg
 
     @property
@@ -91,8 +99,8 @@ class PostgresDialect(EngineDialect):
         if found is None:
             conn.close()
             raise ConfigurationError(
-                f"schema \"{self.profile.schema}\" ({self.profile.setting('schema')}) does not exist in database "
-                f"\"{self.target.database}\" on {self.target.host}:{self.target.port}; the provider never creates "
+                f'schema "{self.profile.schema}" ({self.profile.setting("schema")}) does not exist in database '
+                f'"{self.target.database}" on {self.target.host}:{self.target.port}; the provider never creates '
                 f"schemas: ask an administrator to run CREATE SCHEMA {self.profile.schema}; and grant your role "
                 "CREATE on it"
             )

@@ -25,8 +25,7 @@ constraints/constraints-py%.txt:
 demo: $(VENV)/.installed
 	$(BIN)/python -m airflow_provider_etl_craft.example_dags.demo
 
-test: $(VENV)/.installed-dev
-	$(BIN)/ruff check airflow_provider_etl_craft tests
+test: lint
 	$(BIN)/python -m pytest -q
 
 # Bookkeeping cost, contention and Airflow overhead; prints a table, writes bench/results.json.
@@ -35,8 +34,8 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check airflow_provider_etl_craft tests
-	$(BIN)/ruff format --check airflow_provider_etl_craft tests
+	$(BIN)/ruff check airflow_provider_etl_craft tests bench
+	$(BIN)/ruff format --check airflow_provider_etl_craft tests bench
 
 clean:
 	rm -rf $(VENV) .demo build dist *.egg-info

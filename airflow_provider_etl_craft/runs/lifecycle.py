@@ -490,7 +490,7 @@ class RunLifecycle:
                 raise handle
             if isinstance(handle, AttemptHandle):
                 return handle
-            if handle[0].status == "SKIPPED" and claim_skipped is not None and claim_skipped():
+            if claim_skipped is not None and claim_skipped():
                 raise GateSkipped(f"task {task_code} does not run: {handle[0].describe()} was skipped when this DAG "
                                   "run claimed it")  # fmt: skip
             self._reopen_for_task(pipeline_code, *handle, identity, task_code)

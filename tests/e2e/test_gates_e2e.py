@@ -38,6 +38,8 @@ SELECT v.code, 'ETL', p.PIPELINE_ID, 'PYTHON', v.cond, v.n, 't' FROM CFG_PIPELIN
     UNION ALL SELECT 'COND_E2E', 'DATA_A', NULL, NULL
     UNION ALL SELECT 'COND_E2E', 'DATA_C', NULL, NULL
     UNION ALL SELECT 'COND_E2E', 'ON_FAIL', NULL, NULL
+    UNION ALL SELECT 'COND_E2E', 'NEVER', NULL, NULL
+    UNION ALL SELECT 'COND_E2E', 'AFTER_NEVER', NULL, NULL
     UNION ALL SELECT 'UP_E2E', 'U1', NULL, NULL
     UNION ALL SELECT 'DOWN_E2E', 'D1', NULL, NULL
     UNION ALL SELECT 'TWAIT_E2E', 'W1', NULL, NULL
@@ -57,6 +59,7 @@ FROM (
     UNION ALL SELECT 'DATA_A', 'COND_E2E', 'A', 'HAS_DATA'
     UNION ALL SELECT 'DATA_C', 'COND_E2E', 'C', 'HAS_DATA'
     UNION ALL SELECT 'ON_FAIL', 'COND_E2E', 'B', 'FAILURE'
+    UNION ALL SELECT 'AFTER_NEVER', 'COND_E2E', 'NEVER', 'ALWAYS'
     UNION ALL SELECT 'W1', 'UP_E2E', 'U1', 'SUCCESS'
 ) v
 JOIN CFG_TASKS t ON t.TASK_CODE = v.task
@@ -121,9 +124,20 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
         def on_fail():
             return 1
 
+        # NEVER is skipped by Airflow (nothing failed upstream of it), so it records no row: AFTER_NEVER's
+        # ALWAYS edge reads Airflow's state of it (skipped) and runs.
+        @etl_craft_task(trigger_rule="one_failed")
+        def never():
+            return 1
+
+        @etl_craft_task(**GATE)
+        def after_never():
+            return 1
+
         ups = [a(), b(), c()]
         for gated in (any_t(), two_t(), three_t(), data_a(), data_c(), on_fail()):
             ups >> gated
+        ups[0] >> never() >> after_never()
 """
 )
 
@@ -230,6 +244,8 @@ def test_any_n_has_data_and_failure_conditions_inside_one_pipeline_dag(gates: Ga
         "DATA_A": "SUCCESS",    # HAS_DATA on A: 4 rows
         "DATA_C": "SKIPPED",    # HAS_DATA on C: 0 rows
         "ON_FAIL": "SUCCESS",   # FAILURE on B: B failed
+        "NEVER": "SKIPPED",     # skipped by Airflow, recorded by the finish
+        "AFTER_NEVER": "SUCCESS",  # ALWAYS on NEVER, read from Airflow before NEVER had a row
     }  # fmt: skip
     states = gates.ti_states(dag.dag_id)
     prefix = "cond_e2e."
@@ -239,7 +255,10 @@ def test_any_n_has_data_and_failure_conditions_inside_one_pipeline_dag(gates: Ga
     decisions = gates.rows("SELECT t.TASK_CODE, g.RESULT, g.REASON FROM AUD_GATE_DECISIONS g JOIN AUD_TASK_ATTEMPTS a "
                            "ON a.ATTEMPT_ID = g.ATTEMPT_ID JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
                            "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID WHERE g.PIPELINE_RUN_ID = ?", run_id)  # fmt: skip
-    assert len(decisions) == 2 + 3 + 3 + 1 + 1 + 1
+    assert len(decisions) == 2 + 3 + 3 + 1 + 1 + 1 + 1
+    assert [d for d in decisions if d[0] == "AFTER_NEVER"][0][2].endswith(
+        "(not recorded; Airflow state skipped)"
+    )
     assert ("DATA_C", "UNSATISFIED") in {d[:2] for d in decisions}
     skipped_log = gates.rows("SELECT tr.TASK_LOG FROM AUD_TASK_RUN_LOG tr JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
                              "WHERE t.TASK_CODE = 'THREE_T'")[0][0]  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+from functools import cache
 from typing import Any
 
 
@@ -41,3 +43,20 @@ def retry_exception() -> type[Exception]:
     from airflow.providers.common.compat.sdk import AirflowException
 
     return AirflowException
+
+
+@cache
+def airflow_exception(name: str) -> type[BaseException]:
+    """An Airflow exception class by name: the Task SDK's where this Airflow line has it, else the core one.
+
+    Covers the control-flow signals (``TaskDeferred``, ``AirflowRescheduleException``,
+    ``DownstreamTasksSkipped``) and deferral failures (``TaskDeferralError``, ``TaskDeferralTimeout``),
+    which moved between modules across Airflow 3 lines.
+    """
+    for module in ("airflow.sdk.exceptions", "airflow.exceptions"):
+        try:
+            found = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        return found  # type: ignore[no-any-return]
+    raise ImportError(f"this Airflow has no exception class {name}")

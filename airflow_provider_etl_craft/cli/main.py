@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 from airflow_provider_etl_craft import __version__, _compat
@@ -302,12 +303,20 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--lock-timeout", type=float, default=300.0, metavar="SECONDS",
                          help="how long to wait for the migrate lock (default 300)")  # fmt: skip
         if name in ("migrate", "check"):
-            cmd.add_argument("--migrations-dir", metavar="DIR", default=None,
-                             help="project migrations (default: $ETL_CRAFT_MIGRATIONS_DIR, else migrations/ "
-                                  "beside craft-connector.yml)")  # fmt: skip
+            cmd.add_argument("--migrations-dir", metavar="DIR", default=None, type=_typed_path,
+                             help="project migrations, relative to the working directory (default: "
+                                  "$ETL_CRAFT_MIGRATIONS_DIR, else migrations/ beside craft-connector.yml)")  # fmt: skip
         else:
             cmd.set_defaults(migrations_dir=None)
     return parser
+
+
+def _typed_path(value: str) -> str:
+    """A path typed on the command line resolves against the working directory, as in every CLI.
+
+    (Only paths written inside craft-connector.yml resolve beside that file.)
+    """
+    return str(Path(value).absolute()) if value else value
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:

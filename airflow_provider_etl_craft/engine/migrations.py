@@ -15,7 +15,7 @@ from airflow_provider_etl_craft.engine.schema import (
     InitResult,
     checksum,
     init_db_locked,
-    sql_root,
+    packaged_migrations,
 )
 from airflow_provider_etl_craft.engine.url import resolve_beside
 from airflow_provider_etl_craft.errors import ConfigurationError, MigrationError
@@ -66,12 +66,7 @@ def find_migrations_dir(explicit: str | os.PathLike[str] | None, base_dir: Path 
 
 def migration_files(dialect_name: str, project_dir: Path | None) -> list[MigrationFile]:
     """ENGINE files (packaged, for this dialect) first, then PROJECT files; each group in file-name order."""
-    files: list[MigrationFile] = []
-    engine_dir = sql_root() / dialect_name / "migrations"
-    if engine_dir.is_dir():
-        for item in sorted(engine_dir.iterdir(), key=lambda p: p.name):
-            if item.name.endswith(".sql"):
-                files.append(MigrationFile("ENGINE", item.name, item.read_text(encoding="utf-8")))
+    files = [MigrationFile("ENGINE", version, text) for version, text in packaged_migrations(dialect_name)]
     if project_dir is not None:
         for path in sorted(project_dir.glob("*.sql")):
             files.append(MigrationFile("PROJECT", path.name, path.read_text(encoding="utf-8")))
@@ -132,7 +127,7 @@ def migrate(
         applied: list[str] = []
         for item in pending_migrations(dialect, conn, files):
             try:
-                with dialect.transaction(conn) as cur:
+                with dialect.schema_transaction(conn) as cur:
                     dialect.execute_script(cur, item.text)
                     cur.execute(
                         dialect.sql(

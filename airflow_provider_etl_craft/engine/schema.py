@@ -49,13 +49,91 @@ class InitResult:
     message: str
 
 
+def packaged_migrations(dialect_name: str) -> list[tuple[str, str]]:
+    """The packaged ENGINE migrations of a dialect as ``(version, text)``, in file-name order.
+
+    They change the baseline ``schema.sql`` (which stays as released, so existing Engine DBs keep their
+    ledger checksum); a fresh init-db applies them too, so it always creates the latest schema.
+    """
+    folder = sql_root() / dialect_name / "migrations"
+    if not folder.is_dir():
+        return []
+    items = sorted((item for item in folder.iterdir() if item.name.endswith(".sql")), key=lambda i: i.name)
+    return [(item.name, item.read_text(encoding="utf-8")) for item in items]
+
+
+def latest_version(dialect_name: str) -> str:
+    """The ENGINE version a fully migrated Engine DB of this dialect is at."""
+    versions = [version for version, _ in packaged_migrations(dialect_name)]
+    return versions[-1] if versions else SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """What the Engine schema of a database holds: its Engine tables and applied ENGINE versions."""
+
+    present: frozenset[str]
+    applied: frozenset[str]
+    pending: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        return self.present == ENGINE_TABLES
+
+
+def schema_state(dialect: EngineDialect, conn: Any) -> SchemaState:
+    """Read which Engine tables exist and which packaged ENGINE migrations are not applied yet."""
+    present = frozenset(dialect.table_names(conn) & ENGINE_TABLES)
+    applied: frozenset[str] = frozenset()
+    if "SCHEMA_MIGRATIONS" in present:
+        rows = dialect.query(conn, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE'")
+        applied = frozenset(r[0] for r in rows)
+    pending = tuple(v for v, _ in packaged_migrations(dialect.name) if v not in applied)
+    return SchemaState(present, applied, pending)
+
+
+def require_current(dialect: EngineDialect, conn: Any) -> None:
+    """Stop before run bookkeeping on an Engine DB that is missing, partial or not migrated.
+
+    One query in the usual case (the ledger); the catalog is read only when that query fails.
+
+    :raises EngineDBError: naming what is missing and the command that fixes it.
+    """
+    expected = {v for v, _ in packaged_migrations(dialect.name)} | {SCHEMA_VERSION}
+    try:
+        rows = dialect.query(conn, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE'")
+    except dialect.database_error():
+        rows = None
+    if rows is not None and expected <= {r[0] for r in rows}:
+        return
+    state = schema_state(dialect, conn)
+    where = f"{dialect.describe()} schema {dialect.profile.schema}"
+    if not state.present:
+        raise EngineDBError(
+            f"the Engine DB {where} has no Engine tables; create them with `etl-craft-airflow init-db` (or an "
+            "EngineInitDbOperator task) before running pipelines"
+        )
+    if not state.complete:
+        raise EngineDBError(
+            f"the Engine DB {where} holds only some Engine tables (missing "
+            f"{', '.join(sorted(ENGINE_TABLES - state.present))}); restore it, or point the profile at another schema"
+        )
+    raise EngineDBError(
+        f"the Engine DB {where} needs ENGINE migration {', '.join(state.pending)} of this provider release; apply "
+        "it with `etl-craft-airflow migrate` (or EngineInitDbOperator(apply_migrations=True)) before running "
+        "pipelines"
+    )
+
+
 def init_db(
     dialect: EngineDialect, conn: Any, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
 ) -> InitResult:
-    """Create the Engine tables unless they are already there at the packaged version.
+    """Create the Engine tables unless they are already there.
 
-    The whole ``schema.sql`` and its ledger row run in one transaction under the ``migrate`` lock, so a
-    crash leaves nothing half-made and concurrent runs (every Airflow retry, every deployment) serialise.
+    On an empty schema, ``schema.sql`` and every packaged ENGINE migration run in one transaction with
+    their ledger rows, under the ``migrate`` lock, so a crash leaves nothing half-made, concurrent runs
+    (every Airflow retry, every deployment) serialise, and the result is the latest schema. An existing
+    Engine DB is never changed here: pending ENGINE migrations are reported for ``migrate`` to apply.
 
     :raises EngineDBError: some but not all Engine tables exist, or the ledger shows another schema.
     :raises LockTimeoutError: another init-db or migrate held the lock too long.
@@ -69,8 +147,8 @@ def init_db_locked(dialect: EngineDialect, conn: Any) -> InitResult:
     text = schema_text(dialect.name)
     digest = checksum(text)
     where = f"{dialect.describe()} schema {dialect.profile.schema}"
-    present = dialect.table_names(conn) & ENGINE_TABLES
-    if present == ENGINE_TABLES:
+    state = schema_state(dialect, conn)
+    if state.complete:
         recorded = dialect.query(
             conn,
             "SELECT CHECKSUM FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE' AND VERSION = ?",
@@ -87,19 +165,26 @@ def init_db_locked(dialect: EngineDialect, conn: Any) -> InitResult:
                 f"release packages {digest[:12]}…; it was made by a different etl-craft version — use the "
                 "matching provider release (init-db never rewrites existing tables)"
             )
-        return InitResult(
-            False, SCHEMA_VERSION, f"Engine DB {where} is already at {SCHEMA_VERSION}; nothing changed"
-        )
-    if present:
-        missing = sorted(ENGINE_TABLES - present)
+        if state.pending:
+            at = max(state.applied)
+            return InitResult(
+                False, at, f"Engine DB {where} is at {at}; ENGINE migration {', '.join(state.pending)} is "
+                "pending: apply it with `etl-craft-airflow migrate`",
+            )  # fmt: skip
+        at = latest_version(dialect.name)
+        return InitResult(False, at, f"Engine DB {where} is already at {at}; nothing changed")
+    if state.present:
+        missing = sorted(ENGINE_TABLES - state.present)
         raise EngineDBError(
-            f"{where} holds only some Engine tables (found {', '.join(sorted(present))}; missing "
+            f"{where} holds only some Engine tables (found {', '.join(sorted(state.present))}; missing "
             f"{', '.join(missing)}); init-db will not touch a partial schema: restore it, or use an empty schema"
         )
-    with dialect.transaction(conn) as cur:
+    ledger = dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)")
+    with dialect.schema_transaction(conn) as cur:
         dialect.execute_script(cur, text)
-        cur.execute(
-            dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)"),
-            (SCHEMA_VERSION, digest),
-        )
-    return InitResult(True, SCHEMA_VERSION, f"Engine DB {where} initialised at {SCHEMA_VERSION}")
+        cur.execute(ledger, (SCHEMA_VERSION, digest))
+        for version, migration in packaged_migrations(dialect.name):
+            dialect.execute_script(cur, migration)
+            cur.execute(ledger, (version, checksum(migration)))
+    at = latest_version(dialect.name)
+    return InitResult(True, at, f"Engine DB {where} initialised at {at}")

@@ -26,13 +26,29 @@ def dag_run_state(context: Mapping[str, Any], dag_id: str, run_id: str) -> str |
 
 def task_states(context: Mapping[str, Any], task_ids: Iterable[str]) -> dict[str, str | None]:
     """Airflow's state of ``task_ids`` in the current DAG run (None: no state yet)."""
+    return task_and_map_states(context, task_ids)[0]
+
+
+def task_and_map_states(context: Mapping[str, Any], task_ids: Iterable[str],
+                        mapped: Iterable[str] = ()) -> tuple[dict[str, str | None], dict[str, dict[int, str | None]]]:  # fmt: skip
+    """Airflow's state of ``task_ids`` in the current DAG run, and of each map index of the ``mapped`` ones.
+
+    Airflow reports a map index as ``<task_id>_<index>``; a mapped task that was not expanded (yet, or to
+    zero instances) has only its plain state.
+    """
     ids = list(task_ids)
     if not ids:
-        return {}
+        return {}, {}
     ti = context["ti"]
     found = ti.get_task_states(dag_id=ti.dag_id, task_ids=ids, run_ids=[ti.run_id])
     per_task = found.get(ti.run_id, found) if isinstance(found, Mapping) else {}
-    return {task_id: _state_value(per_task.get(task_id)) for task_id in ids}
+    states = {task_id: _state_value(per_task.get(task_id)) for task_id in ids}
+    maps: dict[str, dict[int, str | None]] = {task_id: {} for task_id in mapped}
+    for key, state in per_task.items():
+        owner, _, index = str(key).rpartition("_")
+        if owner in maps and index.isdigit():
+            maps[owner][int(index)] = _state_value(state)
+    return states, maps
 
 
 def _state_value(state: Any) -> str | None:

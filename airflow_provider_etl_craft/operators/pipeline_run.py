@@ -19,13 +19,17 @@ from airflow.providers.common.compat.sdk import (
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators import _airflow_view
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
-from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, pipeline_tasks
+from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT, RunLifecycle, RunRow
 
 #: How long a claim waits for another run of its pipeline before it fails (overridable per operator).
 DEFAULT_CLAIM_TIMEOUT = timedelta(hours=6)
 DEFAULT_POKE_INTERVAL = timedelta(seconds=60)
+#: Retries a claim has at least, whatever the DAG's: a claim's retry is idempotent (it resumes its own run),
+#: and Airflow can fail a sensor that is up for reschedule on a late executor event (apache/airflow#71172).
+DEFAULT_CLAIM_MIN_RETRIES = 3
+DEFAULT_CLAIM_RETRY_DELAY = timedelta(seconds=10)
 
 
 def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name) -> Asset:
@@ -66,6 +70,8 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     :param lock_timeout: seconds to wait for the pipeline lock (then a retryable LOCK_TIMEOUT).
     :param check_task_codes: compare the DAG's task codes with the pipeline's active tasks.
     :param close_abandoned: close blocking runs whose Airflow DAG run has ended.
+    :param min_retries: the claim's retries are at least this many, whatever ``retries`` the DAG gives
+        (``retry_delay`` defaults to 10 s). Waiting never uses a try; a lost try only re-runs the claim.
     """
 
     template_fields: Sequence[str] = ()
@@ -77,7 +83,10 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                  profile: str | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, check_task_codes: bool = True,
                  close_abandoned: bool = True, mode: str = "reschedule",
                  poke_interval: timedelta | float = DEFAULT_POKE_INTERVAL,
-                 timeout: timedelta | float = DEFAULT_CLAIM_TIMEOUT, **kwargs: Any) -> None:  # fmt: skip
+                 timeout: timedelta | float = DEFAULT_CLAIM_TIMEOUT, min_retries: int = DEFAULT_CLAIM_MIN_RETRIES,
+                 **kwargs: Any) -> None:  # fmt: skip
+        kwargs["retries"] = max(int(kwargs.get("retries") or 0), min_retries)
+        kwargs.setdefault("retry_delay", DEFAULT_CLAIM_RETRY_DELAY)
         super().__init__(mode=mode, poke_interval=poke_interval, timeout=timeout, **kwargs)
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
         self.etl_craft_conn_id = etl_craft_conn_id
@@ -203,9 +212,12 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
             tasks = pipeline_tasks(self.dag, self.pipeline_code)
         except ValueError as exc:
             raise AirflowFailException(f"[METADATA] {exc}") from None
-        states = airflow_states_by_code(tasks, _airflow_view.task_states(context, tasks.values()))
+        mapped = {code: tid for code, tid in tasks.items() if is_mapped(self.dag.get_task(tid))}
+        found, found_maps = _airflow_view.task_and_map_states(context, tasks.values(), mapped.values())
+        states = airflow_states_by_code(tasks, found)
+        map_states = {code: found_maps[tid] for code, tid in mapped.items()}
         with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
-            outcome = lifecycle.finish_run(self.pipeline_code, identity, states)
+            outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states)
         summary = f"pipeline {self.pipeline_code} run {outcome.pipeline_run_id} ended {outcome.status}"
         if outcome.already_ended:
             summary += " (already; nothing changed)"

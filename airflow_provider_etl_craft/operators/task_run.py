@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 from airflow.providers.common.compat.sdk import AirflowSkipException, BaseOperator
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk.exceptions import AirflowRescheduleException
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.errors import EtlCraftError
@@ -42,7 +41,8 @@ class RecordedTaskMixin:
 
     :param pipeline_code: the pipeline this task belongs to (inherited inside ``etl_craft_pipeline``).
     :param task_code: its ``CFG_TASKS.TASK_CODE``; default: the task_id given here, upper-cased
-        (``load_orders`` → ``LOAD_ORDERS``), without any task-group prefix.
+        (``load_orders`` → ``LOAD_ORDERS``), without any task-group prefix. A mapped task (``.expand()``)
+        is one etl-craft task: each map index's tries are attempts of its one task run (``MAP_INDEX``).
     :param etl_craft_conn_id: Airflow connection of the Engine DB (inherited, else ``etl_craft_default``).
     :param etl_craft_profile: Engine profile of a file-backed connection.
     :param counts: turns the operator's return value into counts (anything :meth:`TaskCounts.from_result`
@@ -67,8 +67,12 @@ class RecordedTaskMixin:
                  etl_craft_gate_timeout: timedelta | float = DEFAULT_GATE_TIMEOUT,
                  etl_craft_gate_poke_interval: timedelta | float = DEFAULT_GATE_POKE_INTERVAL,
                  **kwargs: Any) -> None:  # fmt: skip
-        raw_task_id = kwargs.get("task_id")  # before a task group prefixes it
-        code = task_code if task_code is not None else (str(raw_task_id).upper() if raw_task_id else None)
+        raw_task_id = kwargs.get("task_id")
+        code = (
+            task_code
+            if task_code is not None
+            else (default_task_code(str(raw_task_id)) if raw_task_id else None)
+        )
         code = check_code("task_code", code) if code is not None else None
         if pipeline_code is not None:
             check_code("pipeline_code", pipeline_code)
@@ -89,41 +93,82 @@ class RecordedTaskMixin:
                             profile=self.etl_craft_profile)  # fmt: skip
 
     def execute(self, context: Any) -> Any:
+        # A try that comes back after reschedules (a sensor's poke) takes over the attempt it parked.
+        resume = int(context.get("task_reschedule_count") or 0) > 0
+        return self._etl_craft_record(
+            context, lambda: super(RecordedTaskMixin, self).execute(context), resume
+        )
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
+        """A deferred try resumes (``execute_complete`` or the deferral's ``method_name``) in its attempt."""
+        return self._etl_craft_record(
+            context, lambda: super(RecordedTaskMixin, self).resume_execution(next_method, next_kwargs, context),
+            resume=True,
+        )  # fmt: skip
+
+    def _etl_craft_record(self, context: Any, work: Callable[[], Any], resume: bool) -> Any:
+        """Open (or take over) this try's attempt, run ``work``, record how it ended; Airflow sees ``work``'s outcome."""
         if not self.pipeline_code or not self.task_code:
             raise _compat.fail_exception()(
                 f"[CONFIGURATION] task {self.task_id} records to no pipeline: pass pipeline_code= (and task_code= "  # type: ignore[attr-defined]
                 "if its task_id is not the code) or create it inside etl_craft_pipeline(...)"
             )
         identity = RunIdentity.from_context(context)
+        if identity.temporary:
+            self.log.info("etl-craft: %s runs unrecorded: %s is a temporary DAG run (airflow tasks test), which "  # type: ignore[attr-defined]
+                          "has no Engine run; nothing is written to the Engine DB", self.task_code, identity.run_id)  # fmt: skip
+            return work()
         ti = context["ti"]
+        map_index = _map_index(ti)
         hook = self._etl_craft_hook()
         try:
             with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
                 handle = lifecycle.start_task(self.pipeline_code, self.task_code, identity, int(ti.try_number),
                                               upstream_states=self._etl_craft_upstream_states(context),
-                                              claim_skipped=lambda: self._etl_craft_claim_skipped(context))  # fmt: skip
+                                              claim_skipped=lambda: self._etl_craft_claim_skipped(context),
+                                              map_index=map_index, resume=resume)  # fmt: skip
         except GateSkipped as skipped:
             self.log.info("etl-craft: %s", skipped.reason)  # type: ignore[attr-defined]
             raise AirflowSkipException(skipped.reason) from None
         except GateWaiting as waiting:
             self._etl_craft_wait(context, waiting.reason)
         self._etl_craft_attempt = handle
-        self.log.info("etl-craft: %s attempt %d (ATTEMPT_ID %d) in pipeline run %d", self.task_code,  # type: ignore[attr-defined]
-                      handle.attempt_number, handle.attempt_id, handle.pipeline_run_id)  # fmt: skip
+        self.log.info("etl-craft: %s attempt %d%s (ATTEMPT_ID %d) in pipeline run %d", self.task_code,  # type: ignore[attr-defined]
+                      handle.attempt_number, "" if map_index is None else f" of map index {map_index}",
+                      handle.attempt_id, handle.pipeline_run_id)  # fmt: skip
         try:
-            result = super().execute(context)  # type: ignore[misc]
+            result = work()
             counts = TaskCounts.from_result(
                 self.etl_craft_counts(result) if self.etl_craft_counts else result
             )
         except BaseException as exc:
             if self._etl_craft_attempt is not None:  # else on_kill has recorded it CANCELLED already
-                status = "CANCELLED" if self._etl_craft_killed else _end_status(exc)
-                self._record_end(hook, handle, status, error=_describe(exc), quiet=True)
+                self._etl_craft_record_exception(hook, handle, exc, context)
             raise
         with airflow_outcome():
-            self._record_end(hook, handle, "SUCCESS", counts=counts)
+            self._record_end(hook, handle, "SUCCESS", counts=counts, context=context)
         self.log.info("etl-craft: %s SUCCESS %s", self.task_code, _format_counts(counts))  # type: ignore[attr-defined]
         return result
+
+    def _etl_craft_record_exception(self, hook: EngineDBHook, handle: AttemptHandle, exc: BaseException,
+                                    context: Any) -> None:  # fmt: skip
+        """Record what an exception from the work means: Airflow's control-flow signals are not failures."""
+        signal = _control_flow(exc)
+        if signal == "PARK":
+            self._etl_craft_attempt = None
+            try:
+                with hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+                    lifecycle.park_task(handle, _park_note(exc))
+            except EtlCraftError as err:
+                self.log.error("etl-craft: could not park %s's attempt: %s", self.task_code, err)  # type: ignore[attr-defined]
+        elif signal == "SUCCESS":  # a branch or short-circuit operator skipping its downstream tasks
+            self._record_end(hook, handle, "SUCCESS", context=context, quiet=True)
+        elif signal == "SKIPPED":
+            self._record_end(hook, handle, "SKIPPED", error=str(exc) or type(exc).__name__, context=context,
+                             quiet=True)  # fmt: skip
+        else:
+            status = "CANCELLED" if self._etl_craft_killed else _end_status(exc)
+            self._record_end(hook, handle, status, error=_describe(exc), context=context, quiet=True)
 
     def _etl_craft_upstream_states(self, context: Any) -> Callable[[Sequence[str]], Mapping[str, str | None]]:
         """Airflow's state of same-pipeline upstream tasks (by task code) in this DAG run."""
@@ -154,15 +199,18 @@ class RecordedTaskMixin:
                 "this task"
             )
         self.log.info("etl-craft: %s; looking again in %.0fs", reason, self.etl_craft_gate_poke_interval)  # type: ignore[attr-defined]
-        raise AirflowRescheduleException(now + timedelta(seconds=self.etl_craft_gate_poke_interval))
+        raise _compat.airflow_exception("AirflowRescheduleException")(
+            now + timedelta(seconds=self.etl_craft_gate_poke_interval)
+        )
 
     def _record_end(self, hook: EngineDBHook, handle: AttemptHandle, status: str, counts: TaskCounts | None = None,
-                    error: str | None = None, quiet: bool = False) -> None:  # fmt: skip
+                    error: str | None = None, quiet: bool = False, context: Any = None) -> None:  # fmt: skip
         """Record the end of the attempt; ``quiet`` when the work's own error must not be hidden by ours."""
         self._etl_craft_attempt = None
         try:
+            map_count = None if handle.map_index is None or context is None else _map_count(context)
             with hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
-                lifecycle.finish_task(handle, status, counts, error)
+                lifecycle.finish_task(handle, status, counts, error, map_count)
         except EtlCraftError as exc:
             if not quiet:
                 raise
@@ -182,11 +230,56 @@ def _seconds(value: timedelta | float) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-def _end_status(exc: BaseException) -> str:
-    """TIMED_OUT for Airflow's execution_timeout, else FAILED."""
-    from airflow.providers.common.compat.sdk import AirflowTaskTimeout
+#: Exceptions that end an attempt TIMED_OUT: execution_timeout, a sensor's timeout, a trigger's timeout.
+_TIMEOUTS = ("AirflowTaskTimeout", "AirflowSensorTimeout", "TaskDeferralTimeout")
 
-    return "TIMED_OUT" if isinstance(exc, AirflowTaskTimeout) else "FAILED"
+
+def _end_status(exc: BaseException) -> str:
+    """TIMED_OUT for Airflow's timeouts, else FAILED."""
+    timeouts = tuple(_compat.airflow_exception(name) for name in _TIMEOUTS)
+    return "TIMED_OUT" if isinstance(exc, timeouts) else "FAILED"
+
+
+def _control_flow(exc: BaseException) -> str | None:
+    """What an Airflow control-flow exception means for the attempt (None: the work failed).
+
+    PARK: the try goes on later (a reschedule, a deferral); SUCCESS: the task succeeded and skipped its
+    downstream tasks (branch, short-circuit); SKIPPED: the task skipped itself (also a sensor's soft fail).
+    """
+    if isinstance(
+        exc,
+        _compat.airflow_exception("TaskDeferred") | _compat.airflow_exception("AirflowRescheduleException"),
+    ):
+        return "PARK"
+    if isinstance(exc, _compat.airflow_exception("DownstreamTasksSkipped")):
+        return "SUCCESS"
+    if isinstance(exc, AirflowSkipException):
+        return "SKIPPED"
+    return None
+
+
+def _park_note(exc: BaseException) -> str:
+    """TASK_LOG of a parked attempt: what it waits for."""
+    when = getattr(exc, "reschedule_date", None)
+    if when is not None:
+        return f"rescheduled by Airflow: the next poke is due at {when:%Y-%m-%dT%H:%M:%S}Z"
+    trigger = type(getattr(exc, "trigger", None)).__name__
+    return f"deferred by Airflow to {trigger}; resumes in {getattr(exc, 'method_name', 'execute_complete')}"
+
+
+def _map_index(ti: Any) -> int | None:
+    """The instance of a mapped task (None for an unmapped task, whose Airflow map index is -1)."""
+    index = getattr(ti, "map_index", -1)
+    return None if index is None or int(index) < 0 else int(index)
+
+
+def _map_count(context: Any) -> int | None:
+    """How many instances Airflow expanded this mapped task into (None when Airflow cannot say)."""
+    ti = context["ti"]
+    try:
+        return int(ti.get_ti_count(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id]))
+    except Exception:  # noqa: BLE001 - the supervisor's error types differ by Airflow line; settle without it
+        return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -241,20 +334,50 @@ class EtlCraftPythonOperator(RecordedTaskMixin, PythonOperator):
         super().__init__(**kwargs)
 
 
+def default_task_code(task_id: str) -> str:
+    """``load_orders`` → ``LOAD_ORDERS``; a task-group prefix (``daily_sales.load_orders``) is not part of it."""
+    return task_id.rsplit(".", 1)[-1].upper()
+
+
+def recorded_task(task: Any) -> tuple[str | None, str | None] | None:
+    """``(pipeline_code, task_code)`` of a recorded task, plain or mapped (``.partial().expand()``); else None.
+
+    A mapped task keeps its operator's arguments in ``partial_kwargs`` until Airflow expands it.
+    """
+    operator_class = getattr(task, "operator_class", None)
+    if isinstance(operator_class, type) and issubclass(operator_class, RecordedTaskMixin):
+        kwargs = task.partial_kwargs
+        return kwargs.get("pipeline_code"), kwargs.get("task_code") or default_task_code(task.task_id)
+    if getattr(task, "etl_craft_records_task", False):
+        return task.pipeline_code, task.task_code
+    return None
+
+
+def is_mapped(task: Any) -> bool:
+    """Whether Airflow runs ``task`` as map indexes: mapped itself, or inside a mapped task group."""
+    if getattr(task, "is_mapped", False):
+        return True
+    closest = getattr(task, "get_closest_mapped_task_group", None)
+    return closest is not None and closest() is not None
+
+
 def pipeline_tasks(dag: Any, pipeline_code: str) -> dict[str, str]:
-    """The DAG's recorded tasks of ``pipeline_code``: ``{task_code: task_id}``.
+    """The DAG's recorded tasks of ``pipeline_code`` (mapped ones included, once): ``{task_code: task_id}``.
 
     :raises ValueError: two tasks of the pipeline share a task code.
     """
     found: dict[str, str] = {}
     for task in getattr(dag, "tasks", ()):
-        if getattr(task, "etl_craft_records_task", False) and task.pipeline_code == pipeline_code:
-            if task.task_code in found:
-                raise ValueError(
-                    f"tasks {found[task.task_code]} and {task.task_id} of DAG {dag.dag_id} both record task code "
-                    f"{task.task_code} of pipeline {pipeline_code}; give one of them another task_code="
-                )
-            found[task.task_code] = task.task_id
+        record = recorded_task(task)
+        if record is None or record[0] != pipeline_code or record[1] is None:
+            continue
+        code = record[1]
+        if code in found:
+            raise ValueError(
+                f"tasks {found[code]} and {task.task_id} of DAG {dag.dag_id} both record task code "
+                f"{code} of pipeline {pipeline_code}; give one of them another task_code="
+            )
+        found[code] = task.task_id
     return found
 
 

@@ -12,6 +12,8 @@ RUN_KEY_PREFIX = "airflow"
 ACTOR_KIND = "ORCHESTRATOR"
 TRIGGER_KIND = "ORCHESTRATOR"
 CODE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+#: Run ids ``airflow tasks test`` gives the throwaway DAG run it creates when none is named.
+TEMPORARY_RUN_PREFIX = "__airflow_temporary_run_"
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,11 @@ class RunIdentity:
     @property
     def run_key(self) -> str:
         return f"{RUN_KEY_PREFIX}:{self.dag_id}:{self.run_id}"
+
+    @property
+    def temporary(self) -> bool:
+        """A throwaway DAG run of ``airflow tasks test``: no claim runs for it, so nothing is recorded."""
+        return self.run_id.startswith(TEMPORARY_RUN_PREFIX)
 
     @property
     def actor(self) -> str:

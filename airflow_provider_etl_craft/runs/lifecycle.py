@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
+from airflow_provider_etl_craft.engine.schema import require_current
 from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import TaskCounts, clean_text
 from airflow_provider_etl_craft.runs.gates import (
@@ -32,6 +33,7 @@ from airflow_provider_etl_craft.runs.gates import (
     UpstreamStates,
 )
 from airflow_provider_etl_craft.runs.identity import RunIdentity
+from airflow_provider_etl_craft.runs.mapped import AIRFLOW_FAILED, IndexAttempt, settle
 
 #: Seconds to wait for the ``pipeline:<code>`` lock before a retryable LOCK_TIMEOUT.
 DEFAULT_LOCK_TIMEOUT = 60.0
@@ -39,8 +41,17 @@ LIVE_ATTEMPT = ("QUEUED", "CLAIMED", "RUNNING")
 #: Task-run statuses that make a run FAILED when held by a data task (not an EMAIL_ALERT one).
 FAILING_TASK = ("FAILED", "CANCELLED")
 ALERT_HANDLER = "EMAIL_ALERT"
-#: An attempt's end status → its task run's status (the task-run table has no TIMED_OUT).
-TASK_RUN_STATUS = {"SUCCESS": "SUCCESS", "FAILED": "FAILED", "TIMED_OUT": "FAILED", "CANCELLED": "CANCELLED"}
+#: How an attempt can end → (the attempt's status, its task run's status). The task-run table has no
+#: TIMED_OUT; a skip (``AirflowSkipException``, a gate) is a CANCELLED attempt of a SKIPPED task run.
+ATTEMPT_ENDS = {
+    "SUCCESS": ("SUCCESS", "SUCCESS"),
+    "FAILED": ("FAILED", "FAILED"),
+    "TIMED_OUT": ("TIMED_OUT", "FAILED"),
+    "CANCELLED": ("CANCELLED", "CANCELLED"),
+    "SKIPPED": ("CANCELLED", "SKIPPED"),
+}
+#: TASK_LOG of an attempt that ended because its task skipped (how a mapped task run tells it from a kill).
+SKIP_NOTE = "skipped: "
 
 #: The run columns :meth:`RunLifecycle._run_row` reads, in order (written out in each statement):
 #: r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION
@@ -143,6 +154,8 @@ class AttemptHandle:
     task_code: str
     #: Whether a success consumes upstream runs (SATISFIED cross-pipeline task-dependency decisions).
     consumes: bool = False
+    #: The Airflow map index of a mapped task's instance (None: an unmapped task).
+    map_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -252,7 +265,9 @@ class RunLifecycle:
         :param task_codes: when given, must equal the pipeline's active task codes (METADATA otherwise).
         :raises MetadataError: the pipeline is not active, or the task codes differ.
         :raises LockTimeoutError: the pipeline lock was busy for ``lock_timeout`` seconds.
+        :raises EngineDBError: the Engine tables are missing, partial or not migrated to this release.
         """
+        require_current(self.engine, self.conn)
         with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn):
             try:
                 with self.engine.transaction(self.conn) as cur:
@@ -440,7 +455,8 @@ class RunLifecycle:
 
     def start_task(self, pipeline_code: str, task_code: str, identity: RunIdentity, try_number: int,
                    log_path: str | None = None, upstream_states: UpstreamStates | None = None,
-                   claim_skipped: Callable[[], bool] | None = None) -> AttemptHandle:  # fmt: skip
+                   claim_skipped: Callable[[], bool] | None = None, map_index: int | None = None,
+                   resume: bool = False) -> AttemptHandle:  # fmt: skip
         """Open attempt ``try_number`` of ``task_code`` in the keyed run (one transaction).
 
         Finds or creates the task's single ``AUD_TASK_RUN_LOG`` row; a live attempt of an earlier try
@@ -452,6 +468,9 @@ class RunLifecycle:
             that have no row in the run yet (without it such an upstream is waited for).
         :param claim_skipped: whether this DAG run's claim skipped (a paused pipeline, unsatisfied
             dependencies); a task that runs anyway (``all_done``) then skips instead of reopening the run.
+        :param map_index: the instance of a mapped task (None: unmapped); attempts are per map index.
+        :param resume: the try comes back after a reschedule or a deferral: its attempt, parked QUEUED by
+            :meth:`park_task`, is taken over instead of a new one opened (nothing is judged again).
         :raises GateWaiting: the pipeline is paused, or an upstream is still IN-PROGRESS (nothing written).
         :raises GateSkipped: the dependencies are not satisfied: the attempt was recorded CANCELLED and the
             task run SKIPPED, with the decisions.
@@ -459,10 +478,14 @@ class RunLifecycle:
         :raises RunStateError: no run with this key (the claim did not run).
         :raises StaleTransitionError: this try already has an attempt (a duplicate delivery).
         """
+        if resume:
+            adopted = self._adopt(pipeline_code, task_code, identity, try_number, map_index)
+            if adopted is not None:
+                return adopted
         attempt_number, note = try_number, None
         for _ in range(4):
             try:
-                if note is None and self.engine.writes_in_with:
+                if note is None and map_index is None and self.engine.writes_in_with:
                     fast = self._start_task_one_statement(
                         pipeline_code, task_code, identity, attempt_number, log_path
                     )
@@ -470,9 +493,9 @@ class RunLifecycle:
                         return fast
                 with self.engine.transaction(self.conn) as cur:
                     handle = self._start_task(cur, pipeline_code, task_code, identity, try_number, attempt_number,
-                                              note, log_path, upstream_states)  # fmt: skip
+                                              note, log_path, upstream_states, map_index)  # fmt: skip
             except self.engine.integrity_error() as exc:
-                taken = self._attempt_taken(pipeline_code, task_code, identity, attempt_number)
+                taken = self._attempt_taken(pipeline_code, task_code, identity, attempt_number, map_index)
                 if taken is None or taken[0] in LIVE_ATTEMPT or taken[2]:
                     raise StaleTransitionError(
                         f"task {task_code} in {identity.run_key} already has a live attempt or a record of try "
@@ -496,6 +519,56 @@ class RunLifecycle:
             self._reopen_for_task(pipeline_code, *handle, identity, task_code)
         raise StaleTransitionError(f"{identity.run_key} changed while task {task_code} was starting; retry")
 
+    def _adopt(self, code: str, task_code: str, identity: RunIdentity, try_number: int,
+               map_index: int | None) -> AttemptHandle | None:  # fmt: skip
+        """Take over this try's attempt parked QUEUED by a reschedule or deferral; None when there is none."""
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        with self.engine.transaction(self.conn) as cur:
+            row = self._exec(
+                cur,
+                "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, tr.PIPELINE_RUN_ID FROM AUD_TASK_ATTEMPTS a "
+                "JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
+                "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
+                "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? "
+                "AND r.RUN_KEY = ? AND r.STATUS = 'IN-PROGRESS' AND a.ATTEMPT_NUMBER = ? AND COALESCE(a.MAP_INDEX, -1) = ? "
+                "AND a.STATUS = 'QUEUED' FOR UPDATE",
+                (code, task_code, identity.run_key, try_number, _map_key(map_index)),
+            ).fetchone()  # fmt: skip
+            if row is None:
+                return None
+            now_db = self._now()[1]
+            self._exec(
+                cur, "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'RUNNING', OWNER_ID = ?, HEARTBEAT_AT = ?, HOST = ?, PID = ?, "
+                "TASK_LOG = NULL WHERE ATTEMPT_ID = ? AND STATUS = 'QUEUED'",
+                (owner, now_db, socket.gethostname(), os.getpid(), row[0]),
+            )  # fmt: skip
+        # consumes=True: the attempt's gate decisions were recorded when it opened; consuming them on success
+        # is one INSERT … SELECT that finds nothing when there is nothing to consume.
+        return AttemptHandle(
+            int(row[2]), int(row[1]), int(row[0]), try_number, owner, task_code, True, map_index
+        )
+
+    def park_task(self, handle: AttemptHandle, note: str) -> None:
+        """Park the live attempt QUEUED while Airflow reschedules or defers this try (no worker runs it).
+
+        The attempt stays live, so nothing else can open one for this try; the try's next poke or its
+        resumed method takes it over (``start_task(resume=True)``), and ATTEMPT_COUNT does not move.
+
+        :raises StaleTransitionError: the attempt is no longer this try's (closed by a later try or finish).
+        """
+        now_db = self._now()[1]
+        cur = self.conn.cursor()
+        try:
+            updated = self._exec(
+                cur, "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'QUEUED', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "
+                "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = 'RUNNING'",
+                (now_db, now_db, clean_text(note), handle.attempt_id, handle.owner_id),
+            ).rowcount  # fmt: skip
+        finally:
+            cur.close()
+        if updated != 1:
+            raise self._closed_by_someone_else(handle)
+
     def _start_task_one_statement(self, code: str, task_code: str, identity: RunIdentity, attempt_number: int,
                                   log_path: str | None) -> AttemptHandle | None:  # fmt: skip
         """The common case in one round trip (see ``START_ATTEMPT_ONE_STATEMENT``); None: take the full path."""
@@ -513,28 +586,30 @@ class RunLifecycle:
             return None
         return AttemptHandle(int(row[2]), int(row[1]), int(row[0]), attempt_number, owner, task_code)
 
-    def _attempt_taken(self, code: str, task_code: str, identity: RunIdentity,
-                       attempt_number: int) -> tuple[str, int, bool] | None:  # fmt: skip
-        """Attempt ``attempt_number`` of the task in the keyed run: its status, the highest attempt number,
-        and whether any attempt of the task run is live."""
+    def _attempt_taken(self, code: str, task_code: str, identity: RunIdentity, attempt_number: int,
+                       map_index: int | None) -> tuple[str, int, bool] | None:  # fmt: skip
+        """Attempt ``attempt_number`` of the task (and map index) in the keyed run: its status, the highest
+        attempt number, and whether any attempt of the task run and map index is live."""
         with self.engine.transaction(self.conn) as cur:
             row = self._exec(
                 cur,
                 "SELECT a.STATUS, (SELECT MAX(m.ATTEMPT_NUMBER) FROM AUD_TASK_ATTEMPTS m WHERE m.TASK_RUN_ID = "
-                "a.TASK_RUN_ID), (SELECT COUNT(*) FROM AUD_TASK_ATTEMPTS l WHERE l.TASK_RUN_ID = a.TASK_RUN_ID "
-                "AND l.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) FROM AUD_TASK_ATTEMPTS a "
+                "a.TASK_RUN_ID AND COALESCE(m.MAP_INDEX, -1) = COALESCE(a.MAP_INDEX, -1)), (SELECT COUNT(*) FROM "
+                "AUD_TASK_ATTEMPTS l WHERE l.TASK_RUN_ID = a.TASK_RUN_ID AND COALESCE(l.MAP_INDEX, -1) = "
+                "COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) FROM AUD_TASK_ATTEMPTS a "
                 "JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
                 "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
                 "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
                 "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
-                "WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? AND r.RUN_KEY = ? AND a.ATTEMPT_NUMBER = ?",
-                (code, task_code, identity.run_key, attempt_number),
+                "WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? AND r.RUN_KEY = ? AND a.ATTEMPT_NUMBER = ? "
+                "AND COALESCE(a.MAP_INDEX, -1) = ?",
+                (code, task_code, identity.run_key, attempt_number, _map_key(map_index)),
             ).fetchone()
         return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)
 
     def _start_task(self, cur: Any, code: str, task_code: str, identity: RunIdentity, try_number: int,
-                    attempt_number: int, note: str | None, log_path: str | None,
-                    upstream_states: UpstreamStates | None) -> AttemptHandle | GateSkipped | tuple[RunRow, int]:  # fmt: skip
+                    attempt_number: int, note: str | None, log_path: str | None, upstream_states: UpstreamStates | None,
+                    map_index: int | None) -> AttemptHandle | GateSkipped | tuple[RunRow, int]:  # fmt: skip
         row = self._exec(
             cur,
             "SELECT t.TASK_ID, r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION, "
@@ -542,11 +617,11 @@ class RunLifecycle:
             "t.TASK_ID AND d.ACTIVE_FLAG = 'Y'), (SELECT COUNT(*) FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = "
             "p.PIPELINE_ID AND pp.RESUMED_AT IS NULL), (SELECT COUNT(*) FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la "
             "ON la.TASK_RUN_ID = ltr.TASK_RUN_ID WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
-            "AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND la.ATTEMPT_NUMBER < ?) FROM CFG_PIPELINES p "
-            "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
+            "AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND la.ATTEMPT_NUMBER < ? AND COALESCE(la.MAP_INDEX, -1) = ?) "
+            "FROM CFG_PIPELINES p JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
             "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
             "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' FOR SHARE",
-            (attempt_number, task_code, identity.run_key, code),
+            (attempt_number, _map_key(map_index), task_code, identity.run_key, code),
         ).fetchone()  # fmt: skip
         if row is None:
             self._explain_missing(cur, code, task_code, identity)
@@ -578,10 +653,10 @@ class RunLifecycle:
             self._exec(
                 cur,
                 "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
-                "AND ATTEMPT_NUMBER < ? AND TASK_RUN_ID = "
+                "AND ATTEMPT_NUMBER < ? AND COALESCE(MAP_INDEX, -1) = ? AND TASK_RUN_ID = "
                 "(SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?)",
                 (now_db, f"lost: Airflow started try {try_number} while this attempt was still live (its worker ended "
-                 "without recording)", attempt_number, task_id, run.pipeline_run_id),
+                 "without recording)", attempt_number, _map_key(map_index), task_id, run.pipeline_run_id),
             )  # fmt: skip
         (task_run_id,) = self._exec(
             cur,
@@ -592,29 +667,33 @@ class RunLifecycle:
             (task_id, run.pipeline_run_id, now_db),
         ).fetchone()  # fmt: skip
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
-        skip = None if verdict is None or verdict.result != UNSATISFIED else f"skipped: {verdict.reason}"
+        skip = None if verdict is None or verdict.result != UNSATISFIED else f"{SKIP_NOTE}{verdict.reason}"
         (attempt_id,) = self._exec(
             cur,
-            "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, "
-            "HEARTBEAT_AT, ENDED_AT, HOST, PID, LOG_PATH, TASK_LOG, ERROR_MESSAGE, REQUESTED_BY, REQUESTED_BY_KIND) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ATTEMPT_ID",
-            (task_run_id, attempt_number, "CANCELLED" if skip else "RUNNING", owner, now_db, now_db, now_db,
-             now_db if skip else None, socket.gethostname(), os.getpid(), log_path, note, clean_text(skip) if skip
-             else None, identity.actor, identity.actor_kind),
+            "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS, OWNER_ID, CLAIMED_AT, "
+            "STARTED_AT, HEARTBEAT_AT, ENDED_AT, HOST, PID, LOG_PATH, TASK_LOG, ERROR_MESSAGE, REQUESTED_BY, "
+            "REQUESTED_BY_KIND) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ATTEMPT_ID",
+            (task_run_id, attempt_number, map_index, "CANCELLED" if skip else "RUNNING", owner, now_db, now_db,
+             now_db, now_db if skip else None, socket.gethostname(), os.getpid(), log_path,
+             clean_text(skip) if skip else note, clean_text(skip) if skip else None, identity.actor,
+             identity.actor_kind),
         ).fetchone()  # fmt: skip
         if verdict is not None:
             self.gates.record(cur, verdict, run.pipeline_run_id, int(attempt_id), now_db)
         if skip:
-            self._exec(
-                cur, "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'SKIPPED', END_DATE = ?, TASK_LOG = ? WHERE TASK_RUN_ID = ?",
-                (now_db, clean_text(skip), task_run_id),
-            )  # fmt: skip
+            if map_index is None:
+                self._exec(
+                    cur, "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'SKIPPED', END_DATE = ?, TASK_LOG = ? WHERE TASK_RUN_ID = ?",
+                    (now_db, clean_text(skip), task_run_id),
+                )  # fmt: skip
+            else:
+                self._settle_mapped(cur, int(task_run_id), None, now_db)
             return GateSkipped(f"task {task_code} {skip}")
         consumes = verdict is not None and any(
             v.result == SATISFIED and not v.edge.same_pipeline for v in verdict.decided
         )
         return AttemptHandle(run.pipeline_run_id, int(task_run_id), int(attempt_id), attempt_number, owner, task_code,
-                             consumes)  # fmt: skip
+                             consumes, map_index)  # fmt: skip
 
     def _observe_task_edge(self, cur: Any, edge: Edge, pipeline_run_id: int,
                            upstream_states: UpstreamStates | None) -> Observed:  # fmt: skip
@@ -663,25 +742,33 @@ class RunLifecycle:
                              task_id)  # fmt: skip
 
     def finish_task(self, handle: AttemptHandle, status: str, counts: TaskCounts | None = None,
-                    error: str | None = None) -> None:  # fmt: skip
-        """Close the attempt as SUCCESS, FAILED, TIMED_OUT or CANCELLED and copy it to the task-run row.
+                    error: str | None = None, map_count: int | None = None) -> None:  # fmt: skip
+        """End the attempt and copy it to its task run, in one transaction.
 
-        Attempt and task run change in one transaction; a TIMED_OUT attempt leaves the task run FAILED.
+        ``status`` is SUCCESS, FAILED, TIMED_OUT (the task run FAILED), CANCELLED, or SKIPPED (the attempt
+        CANCELLED and the task run SKIPPED, ``error`` being the reason, kept in TASK_LOG). A mapped
+        instance's end settles its task run over every map index (:mod:`~.mapped`); ``map_count`` is how
+        many instances Airflow expanded.
 
         :raises StaleTransitionError: the attempt is no longer this try's live attempt (closed as LOST by a
             later try or by the finish task).
         """
-        if status not in TASK_RUN_STATUS:
-            raise ValueError(f"an attempt ends SUCCESS, FAILED, TIMED_OUT or CANCELLED, not {status!r}")
+        if status not in ATTEMPT_ENDS:
+            raise ValueError(f"an attempt ends {', '.join(ATTEMPT_ENDS)}, not {status!r}")
+        attempt_status, run_status = ATTEMPT_ENDS[status]
         values = (counts or TaskCounts()).values()
         message = None if error is None else clean_text(error)
+        note, message = (
+            (clean_text(SKIP_NOTE + (error or "")), None) if status == "SKIPPED" else (None, message)
+        )
         now_db = self._now()[1]
-        if self.engine.writes_in_with and not (status == "SUCCESS" and handle.consumes):
+        simple = note is None and handle.map_index is None and not (status == "SUCCESS" and handle.consumes)
+        if self.engine.writes_in_with and simple:
             cur = self.conn.cursor()
             try:
                 updated = self._exec(cur, FINISH_ATTEMPT_ONE_STATEMENT, (
-                    status, now_db, now_db, *values, message, handle.attempt_id, handle.owner_id,
-                    TASK_RUN_STATUS[status], now_db, *values, message,
+                    attempt_status, now_db, now_db, *values, message, handle.attempt_id, handle.owner_id,
+                    run_status, now_db, *values, message,
                 )).rowcount  # fmt: skip
             finally:
                 cur.close()
@@ -693,20 +780,50 @@ class RunLifecycle:
                 cur,
                 "UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
                 "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, "
-                "ERROR_MESSAGE = ? WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')",
-                (status, now_db, now_db, *values, message, handle.attempt_id, handle.owner_id),
+                "ERROR_MESSAGE = ?, TASK_LOG = COALESCE(?, TASK_LOG) WHERE ATTEMPT_ID = ? AND OWNER_ID = ? "
+                "AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')",
+                (attempt_status, now_db, now_db, *values, message, note, handle.attempt_id, handle.owner_id),
             ).rowcount
             if updated != 1:
                 raise self._closed_by_someone_else(handle)
-            self._exec(
-                cur,
-                "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, "
-                "INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
-                "WHERE TASK_RUN_ID = ?",
-                (TASK_RUN_STATUS[status], now_db, *values, message, handle.task_run_id),
-            )
+            if handle.map_index is not None:
+                self._settle_mapped(cur, handle.task_run_id, map_count, now_db)
+            else:
+                self._exec(
+                    cur,
+                    "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, "
+                    "INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ?, "
+                    "TASK_LOG = COALESCE(?, TASK_LOG) WHERE TASK_RUN_ID = ?",
+                    (run_status, now_db, *values, message, note, handle.task_run_id),
+                )
             if status == "SUCCESS" and handle.consumes:
                 self.gates.consume_attempt(cur, handle.attempt_id, now_db)
+
+    def _settle_mapped(self, cur: Any, task_run_id: int, map_count: int | None, now_db: Any,
+                       airflow_only: Mapping[int, IndexAttempt] | None = None) -> str:  # fmt: skip
+        """Write a mapped task run's status and counts from its map indexes' latest attempts; returns it.
+
+        :param airflow_only: map indexes that recorded no attempt, as Airflow reports them (finish only).
+        """
+        latest: dict[int, IndexAttempt] = dict(airflow_only or {})
+        for map_index, status, log, error, *counts in self._exec(
+            cur,
+            "SELECT MAP_INDEX, STATUS, TASK_LOG, ERROR_MESSAGE, SOURCE_COUNT, TARGET_COUNT, INSERT_COUNT, "
+            "UPDATE_COUNT, DELETE_COUNT, ROWS_WRITTEN FROM AUD_TASK_ATTEMPTS WHERE TASK_RUN_ID = ? "
+            "ORDER BY COALESCE(MAP_INDEX, -1), ATTEMPT_NUMBER",
+            (task_run_id,),
+        ).fetchall():  # fmt: skip
+            skipped = status == "CANCELLED" and (log or "").startswith(SKIP_NOTE)
+            latest[_map_key(map_index)] = IndexAttempt(status, skipped, error, counts)
+        settled = settle(latest, map_count)
+        self._exec(
+            cur,
+            "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, INSERT_COUNT = ?, "
+            "UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ?, TASK_LOG = ? WHERE TASK_RUN_ID = ?",
+            (settled.status, None if settled.status == "IN-PROGRESS" else now_db, *settled.counts, settled.error,
+             settled.log, task_run_id),
+        )  # fmt: skip
+        return settled.status
 
     @staticmethod
     def _closed_by_someone_else(handle: AttemptHandle) -> StaleTransitionError:
@@ -717,27 +834,32 @@ class RunLifecycle:
 
     # -- finish ------------------------------------------------------------------------------------------
 
-    def finish_run(self, pipeline_code: str, identity: RunIdentity,
-                   airflow_states: Mapping[str, str | None]) -> FinishOutcome:  # fmt: skip
+    def finish_run(self, pipeline_code: str, identity: RunIdentity, airflow_states: Mapping[str, str | None],
+                   map_states: Mapping[str, Mapping[int, str | None]] | None = None) -> FinishOutcome:  # fmt: skip
         """End the keyed run (SPEC §9 *Finish*), under the pipeline lock, in one transaction.
 
+        Finish runs once every task of the pipeline is done in Airflow (a teardown, ``all_done``), so no
+        attempt Airflow still runs, reschedules or defers can be closed here.
+
         :param airflow_states: Airflow's state of each of the DAG's tasks of this pipeline, by task code;
-            a code without a task-run row is recorded SKIPPED (or FAILED when Airflow says it failed).
+            a code without a task-run row is recorded SKIPPED (FAILED when Airflow says it failed, SUCCESS
+            with a MARK intervention when it was marked success by hand).
+        :param map_states: for mapped tasks, Airflow's state of each map index, by task code.
         :raises RunStateError: no run with this key.
         """
         with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn), \
                 self.engine.transaction(self.conn) as cur:  # fmt: skip
-            return self._finish_run(cur, pipeline_code, identity, airflow_states)
+            return self._finish_run(cur, pipeline_code, identity, airflow_states, map_states or {})
 
-    def _finish_run(self, cur: Any, code: str, identity: RunIdentity,
-                    airflow_states: Mapping[str, str | None]) -> FinishOutcome:  # fmt: skip
+    def _finish_run(self, cur: Any, code: str, identity: RunIdentity, airflow_states: Mapping[str, str | None],
+                    map_states: Mapping[str, Mapping[int, str | None]]) -> FinishOutcome:  # fmt: skip
         row = self._exec(
             cur,
             "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION, r.SLA_STATUS, p.SLA_IN_HOURS FROM AUD_PIPELINES_RUN_LOG r "
             "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND r.RUN_KEY = ? "
             "ORDER BY r.PIPELINE_RUN_ID DESC FOR UPDATE",
             (code, identity.run_key),
-        ).fetchone()
+        ).fetchone()  # fmt: skip
         if row is None:
             raise RunStateError(
                 f"no Engine run of pipeline {code} has the run key {identity.run_key}, so there is nothing to finish; "
@@ -747,23 +869,7 @@ class RunLifecycle:
         if run.status != "IN-PROGRESS":
             return FinishOutcome(run.pipeline_run_id, run.status, already_ended=True, sla_status=sla_status)
         now, now_db = self._now()
-        lost = [r[0] for r in self._exec(
-            cur,
-            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
-            "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?) "
-            "RETURNING TASK_RUN_ID",
-            (now_db, "lost: the attempt was still live when the DAG run finished (its worker ended without "
-             "recording)", run.pipeline_run_id),
-        ).fetchall()]  # fmt: skip
-        lost_codes: list[str] = []
-        if lost:
-            lost_codes = [r[0] for r in self._exec(
-                cur,
-                "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'FAILED', END_DATE = ?, ERROR_MESSAGE = ? "
-                "WHERE PIPELINE_RUN_ID = ? AND STATUS = 'IN-PROGRESS' RETURNING "
-                "(SELECT TASK_CODE FROM CFG_TASKS t WHERE t.TASK_ID = AUD_TASK_RUN_LOG.TASK_ID)",
-                (now_db, "failed: its attempt was lost (the worker ended without recording)", run.pipeline_run_id),
-            ).fetchall()]  # fmt: skip
+        lost_codes = self._close_lost(cur, run.pipeline_run_id, now_db)
         tasks = self._exec(
             cur,
             "SELECT t.TASK_ID, t.TASK_CODE, t.HANDLER, tr.TASK_RUN_ID, tr.STATUS FROM CFG_TASKS t "
@@ -773,30 +879,22 @@ class RunLifecycle:
         ).fetchall()
         statuses: list[tuple[str, str, str]] = []  # (code, handler, status)
         skipped: list[str] = []
-        failed: list[str] = []
         for task_id, task_code, handler, task_run_id, status in tasks:
-            if task_run_id is None:
+            if task_code in map_states and (task_run_id is not None or map_states[task_code]):
+                task_run_id = task_run_id or self._insert_task_run(cur, task_id, run.pipeline_run_id, now_db)
+                status = self._settle_mapped(cur, task_run_id, len(map_states[task_code]), now_db,
+                                             _unrecorded_indexes(map_states[task_code]))  # fmt: skip
+            elif task_run_id is None:
                 if task_code not in airflow_states:
                     continue  # active in CFG_TASKS but not part of this DAG
-                state = airflow_states[task_code]
-                status = "FAILED" if state == "failed" else "SKIPPED"
-                if status == "FAILED":
-                    why = "failed in Airflow before it recorded an attempt (Airflow state: failed)"
-                elif state == "success":
-                    why = "marked success in Airflow without running here (no attempt recorded)"
-                else:
-                    why = f"not run by Airflow (Airflow state: {state or 'none'})"
-                self._exec(
-                    cur,
-                    "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, END_DATE, STATUS, "
-                    "ATTEMPT_COUNT, ERROR_MESSAGE, TASK_LOG) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
-                    (task_id, run.pipeline_run_id, now_db, now_db, status, why if status == "FAILED" else None,
-                     why),
-                )  # fmt: skip
-                (skipped if status == "SKIPPED" else failed).append(task_code)
-            elif status in FAILING_TASK:
-                failed.append(task_code)
+                status = self._record_unrun(cur, run, task_id, airflow_states[task_code], identity, now_db)
+                if status == "SKIPPED":
+                    skipped.append(task_code)
+            else:
+                status = self._follow_mark(cur, run, task_id, task_run_id, status, airflow_states.get(task_code),
+                                           identity, now_db)  # fmt: skip
             statuses.append((task_code, handler, status))
+        failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
         data_failed = [c for c, handler, s in statuses if handler != ALERT_HANDLER and s in FAILING_TASK]
         if data_failed:
             final = "FAILED"
@@ -824,10 +922,104 @@ class RunLifecycle:
         if final == "SUCCESS":
             self.gates.consume_run(cur, run.pipeline_run_id, now_db)
         return FinishOutcome(run.pipeline_run_id, final, skipped=tuple(sorted(skipped)),
-                             lost=tuple(sorted(lost_codes)), failed=tuple(sorted(failed)),
+                             lost=tuple(sorted(lost_codes)), failed=tuple(failed),
                              sla_status=sla_status or new_sla)  # fmt: skip
+
+    def _close_lost(self, cur: Any, pipeline_run_id: int, now_db: Any) -> list[str]:
+        """Close attempts a killed worker left live as LOST, their task runs FAILED; returns the task codes."""
+        lost = self._exec(
+            cur,
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+            "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?) "
+            "RETURNING TASK_RUN_ID",
+            (now_db, "lost: the attempt was still live when the DAG run finished (its worker ended without "
+             "recording)", pipeline_run_id),
+        ).fetchall()  # fmt: skip
+        if not lost:
+            return []
+        return [r[0] for r in self._exec(
+            cur,
+            "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'FAILED', END_DATE = ?, ERROR_MESSAGE = ? "
+            "WHERE PIPELINE_RUN_ID = ? AND STATUS = 'IN-PROGRESS' RETURNING "
+            "(SELECT TASK_CODE FROM CFG_TASKS t WHERE t.TASK_ID = AUD_TASK_RUN_LOG.TASK_ID)",
+            (now_db, "failed: its attempt was lost (the worker ended without recording)", pipeline_run_id),
+        ).fetchall()]  # fmt: skip
+
+    def _insert_task_run(self, cur: Any, task_id: int, pipeline_run_id: int, now_db: Any) -> int:
+        (task_run_id,) = self._exec(
+            cur,
+            "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
+            "VALUES (?, ?, ?, 'IN-PROGRESS', 0) RETURNING TASK_RUN_ID",
+            (task_id, pipeline_run_id, now_db),
+        ).fetchone()
+        return int(task_run_id)
+
+    def _record_unrun(self, cur: Any, run: RunRow, task_id: int, state: str | None, identity: RunIdentity,
+                      now_db: Any) -> str:  # fmt: skip
+        """A task of the DAG that recorded no attempt: recorded as Airflow saw it; returns its status."""
+        if state == "success":
+            status, why = "SUCCESS", "marked success in Airflow without running here (no attempt recorded)"
+        elif state in AIRFLOW_FAILED:
+            status, why = (
+                "FAILED",
+                f"failed in Airflow before it recorded an attempt (Airflow state: {state})",
+            )
+        else:
+            status, why = "SKIPPED", f"not run by Airflow (Airflow state: {state or 'none'})"
+        self._exec(
+            cur,
+            "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, END_DATE, STATUS, ATTEMPT_COUNT, "
+            "ERROR_MESSAGE, TASK_LOG) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
+            (task_id, run.pipeline_run_id, now_db, now_db, status, why if status == "FAILED" else None, why),
+        )  # fmt: skip
+        if status == "SUCCESS":
+            self._intervention(cur, run.pipeline_id, run.pipeline_run_id, "MARK", None, "SUCCESS", why, identity,
+                               task_id)  # fmt: skip
+        return status
+
+    def _follow_mark(self, cur: Any, run: RunRow, task_id: int, task_run_id: int, status: str, state: str | None,
+                     identity: RunIdentity, now_db: Any) -> str:  # fmt: skip
+        """Follow a task marked success or failed by hand in Airflow: the task run takes Airflow's outcome
+        and a MARK intervention records the change. Returns the task run's status."""
+        if state == "success" and status not in ("SUCCESS", "IN-PROGRESS"):
+            to_status = "SUCCESS"
+        elif state == "failed" and status == "SUCCESS":
+            to_status = "FAILED"
+        else:
+            return status
+        reason = (f"marked {state} in Airflow (by hand in the UI or API) while the Engine DB had {status}; recorded "
+                  "as Airflow says")  # fmt: skip
+        self._exec(
+            cur,
+            "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = COALESCE(END_DATE, ?), ERROR_MESSAGE = ?, TASK_LOG = ? "
+            "WHERE TASK_RUN_ID = ?",
+            (to_status, now_db, reason if to_status == "FAILED" else None, reason, task_run_id),
+        )  # fmt: skip
+        self._intervention(cur, run.pipeline_id, run.pipeline_run_id, "MARK", status, to_status, reason, identity,
+                           task_id)  # fmt: skip
+        return to_status
+
+
+def _unrecorded_indexes(states: Mapping[int, str | None]) -> dict[int, IndexAttempt]:
+    """Airflow's map indexes as attempts, for those that recorded none (their recorded attempts win)."""
+    found: dict[int, IndexAttempt] = {}
+    for index, state in states.items():
+        if state == "success":
+            found[index] = IndexAttempt("SUCCESS")
+        elif state in AIRFLOW_FAILED:
+            found[index] = IndexAttempt(
+                "FAILED", error=f"failed in Airflow before it recorded an attempt ({state})"
+            )
+        else:
+            found[index] = IndexAttempt("CANCELLED", skipped=True)
+    return found
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _map_key(map_index: int | None) -> int:
+    """``COALESCE(MAP_INDEX, -1)``: the schema's key for "this map index, or the unmapped task"."""
+    return -1 if map_index is None else map_index

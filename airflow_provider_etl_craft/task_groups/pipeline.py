@@ -13,6 +13,7 @@ from airflow_provider_etl_craft.operators.pipeline_run import (
     ClaimPipelineRunOperator,
     FinishPipelineRunOperator,
 )
+from airflow_provider_etl_craft.operators.task_run import recorded_task
 from airflow_provider_etl_craft.runs.identity import check_code
 
 
@@ -28,34 +29,67 @@ def etl_craft_pipeline(pipeline_code: str, *, group_id: str | None = None,
             load = RecordedSQL(task_id="load_orders", conn_id="warehouse", sql=...)  # wrapped operators
             extract >> load
 
-    On exit the group adds ``claim`` upstream of its root tasks and ``finish`` (``all_done``) downstream of
-    every task. Recorded tasks created inside without ``pipeline_code`` / ``etl_craft_conn_id`` / profile
-    inherit the group's; one naming another pipeline is an error at DAG parse time. The group id defaults
-    to the pipeline code in lower case. ``claim_kwargs`` and ``finish_kwargs`` go to the two operators
-    (for example ``{"poke_interval": 30, "timeout": 3600}``).
+    On exit the group adds ``claim`` upstream of its root tasks and ``finish`` downstream of every task, as
+    Airflow setup and teardown tasks (``claim.as_setup()``, ``finish.as_teardown(setups=claim,
+    on_failure_fail_dagrun=True)``): the finish runs whatever skips Airflow propagates (a short-circuit
+    never skips a teardown), a FAILED Engine run still fails the DAG run, and clearing one task also clears
+    the claim and finish, so the run is reopened and closed again. Your own setup/teardown tasks may sit
+    inside the group. Because a setup's direct downstream tasks must use ``all_success`` (an Airflow rule),
+    the group's root tasks must too.
+
+    Recorded tasks created inside without ``pipeline_code`` / ``etl_craft_conn_id`` / profile inherit the
+    group's (mapped tasks too); one naming another pipeline is an error at DAG parse time. The group id
+    defaults to the pipeline code in lower case. ``claim_kwargs`` and ``finish_kwargs`` go to the two
+    operators (for example ``{"poke_interval": 30, "timeout": 3600}``).
     """
     check_code("pipeline_code", pipeline_code)
     with TaskGroup(group_id or pipeline_code.lower(), **group_kwargs) as group:
         yield group
         work = list(group.iter_tasks())
         for task in work:
-            if not getattr(task, "etl_craft_records_task", False):
-                continue
-            if task.pipeline_code is None:
-                task.pipeline_code = pipeline_code
-            elif task.pipeline_code != pipeline_code:
-                raise ValueError(
-                    f"task {task.task_id} records to pipeline {task.pipeline_code} but sits in the etl_craft_pipeline "
-                    f"group of {pipeline_code}; move it out of the group or drop its pipeline_code"
+            if recorded_task(task) is not None:
+                _inherit(
+                    task,
+                    pipeline_code,
+                    {"etl_craft_conn_id": etl_craft_conn_id, "etl_craft_profile": profile},
                 )
-            if task.etl_craft_conn_id is None:
-                task.etl_craft_conn_id = etl_craft_conn_id
-            if task.etl_craft_profile is None:
-                task.etl_craft_profile = profile
         common = {"pipeline_code": pipeline_code, "etl_craft_conn_id": etl_craft_conn_id, "profile": profile}
         claim = ClaimPipelineRunOperator(task_id="claim", **common, **(claim_kwargs or {}))
         finish = FinishPipelineRunOperator(task_id="finish", **common, **(finish_kwargs or {}))
         roots = [task for task in work if not any(group.has_task(up) for up in task.upstream_list)]
+        lenient = [
+            f"{t.task_id} ({t.trigger_rule})"
+            for t in roots
+            if not t.is_teardown and t.trigger_rule != "all_success"
+        ]
+        if lenient:
+            raise ValueError(
+                f"etl_craft_pipeline {pipeline_code}: {', '.join(lenient)} start right after the claim, a setup task, "
+                "so Airflow requires trigger_rule='all_success' for them; drop their trigger_rule, or put them "
+                "downstream of another task of the pipeline"
+            )
         claim >> (roots or [finish])
         if work:
             work >> finish  # type: ignore[operator]
+        finish.as_teardown(setups=claim, on_failure_fail_dagrun=True)
+
+
+def _inherit(task: Any, pipeline_code: str, defaults: dict[str, Any]) -> None:
+    """Give a recorded task the group's pipeline, connection and profile unless it names its own.
+
+    A mapped task keeps its arguments in ``partial_kwargs`` until Airflow expands it, so they go there.
+    """
+    kwargs = getattr(task, "partial_kwargs", None)
+    get = kwargs.get if kwargs is not None else (lambda key: getattr(task, key))
+    put = kwargs.__setitem__ if kwargs is not None else (lambda key, value: setattr(task, key, value))
+    own = get("pipeline_code")
+    if own is None:
+        put("pipeline_code", pipeline_code)
+    elif own != pipeline_code:
+        raise ValueError(
+            f"task {task.task_id} records to pipeline {own} but sits in the etl_craft_pipeline group of "
+            f"{pipeline_code}; move it out of the group or drop its pipeline_code"
+        )
+    for key, value in defaults.items():
+        if get(key) is None:
+            put(key, value)

@@ -303,15 +303,14 @@ def test_a_claim_after_the_run_ended_reopens_the_same_row(db: Db, states: dict[s
     assert len(db.runs()) == 1
     # A retry of the reopening claim resumes; finishing the repair raises the revision once.
     assert db.lc.claim("SALES", identity).action == "RESUMED"
-    assert (
-        db.lc.finish_run("SALES", identity, ALL_SUCCESS).status == ended
-    )  # LOAD's FAILED row is still there
+    # LOAD was not run again: its FAILED row stands, and Airflow still says what it said.
+    assert db.lc.finish_run("SALES", identity, states).status == ended
     row = db.run(run_id)
     assert (row["STATUS"], row["OUTPUT_REVISION"], row["REPAIR_PENDING"]) == (ended, 1, "N")
     assert row["ENDED_BY"] == identity.run_key and row["END_DATE"] is not None
     # A second repair: revision 2, a second REOPEN intervention, still one run row.
     assert db.lc.claim("SALES", identity).action == "REOPENED"
-    db.lc.finish_run("SALES", identity, ALL_SUCCESS)
+    db.lc.finish_run("SALES", identity, states)
     assert db.run(run_id)["OUTPUT_REVISION"] == 2
     assert [i["ACTION"] for i in db.interventions()] == ["REOPEN", "REOPEN"]
     assert len(db.runs()) == 1
@@ -575,7 +574,7 @@ def test_finish_task_on_an_attempt_closed_by_finish_run_is_stale(db: Db) -> None
     identity = ident()
     run_id = db.lc.claim("SALES", identity).pipeline_run_id
     handle = db.lc.start_task("SALES", "EXTRACT", identity, 1)
-    db.lc.finish_run("SALES", identity, ALL_SUCCESS)
+    db.lc.finish_run("SALES", identity, {**ALL_SUCCESS, "EXTRACT": "failed"})  # its worker died
     with pytest.raises(StaleTransitionError, match=r"ATTEMPT_ID \d+\) was closed by someone else"):
         db.lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=5))
     assert db.attempts(handle.task_run_id)[0]["STATUS"] == "LOST"
@@ -845,7 +844,14 @@ def test_quotes_and_sql_in_dag_and_run_ids_are_stored_verbatim(db: Db) -> None:
     handle = db.lc.start_task("SALES", "EXTRACT", identity, 1, log_path="/logs/'; DROP TABLE X; --")
     db.lc.finish_task(handle, "FAILED", error="syntax error near '; DROP TABLE AUD_TASK_ATTEMPTS; --")
     finished = db.lc.finish_run(
-        "SALES", identity, {**ALL_SUCCESS, "x'); DROP TABLE CFG_PIPELINES; --": "failed"}
+        "SALES",
+        identity,
+        {
+            "EXTRACT": "failed",
+            "LOAD": "upstream_failed",
+            "NOTIFY": "skipped",
+            "x'); DROP TABLE CFG_PIPELINES; --": "failed",
+        },
     )
     assert finished.status == "FAILED"
     run = db.run(outcome.pipeline_run_id)

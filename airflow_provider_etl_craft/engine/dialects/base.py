@@ -55,6 +55,10 @@ class EngineDialect(ABC):
     def integrity_error(self) -> type[Exception]:
         """The driver's integrity-violation exception class."""
 
+    @abstractmethod
+    def database_error(self) -> type[Exception]:
+        """The driver's base class of errors the database reported (DB-API ``Error``)."""
+
     def now(self) -> datetime:
         """The current time, UTC (a method so one transaction can use one clock reading)."""
         return datetime.now(UTC)
@@ -75,6 +79,10 @@ class EngineDialect(ABC):
             cur.execute("COMMIT")
         finally:
             cur.close()
+
+    def schema_transaction(self, conn: Any) -> AbstractContextManager[Any]:
+        """A transaction for schema changes (init-db, migrations); SQLite widens it (see its dialect)."""
+        return self.transaction(conn)
 
     @abstractmethod
     def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:

@@ -43,6 +43,9 @@ class PostgresDialect(EngineDialect):
     def integrity_error(self) -> type[Exception]:
         return self._driver_module().IntegrityError  # type: ignore[no-any-return]
 
+    def database_error(self) -> type[Exception]:
+        return self._driver_module().Error  # type: ignore[no-any-return]
+
     def _driver_module(self) -> Any:
         """psycopg2, or psycopg 3 for auth modes that need libpq ≥ 18 (sso); both speak DB-API with ``%s``."""
         if self.profile.auth().driver != "psycopg":

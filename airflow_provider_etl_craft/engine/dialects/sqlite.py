@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,6 +46,31 @@ class SqliteDialect(EngineDialect):
 
     def integrity_error(self) -> type[Exception]:
         return sqlite3.IntegrityError
+
+    def database_error(self) -> type[Exception]:
+        return sqlite3.Error
+
+    @contextmanager
+    def schema_transaction(self, conn: Any) -> Iterator[Any]:
+        """SQLite's procedure for changes it cannot ALTER in place (a table rebuilt and renamed).
+
+        Foreign keys are switched off for this connection around the transaction (the pragma is a no-op
+        inside one) and checked with ``PRAGMA foreign_key_check`` before COMMIT, so a change that breaks
+        a reference rolls back like any failing statement.
+        """
+        conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with self.transaction(conn) as cur:
+                yield cur
+                broken = cur.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    table, rowid, parent, _ = broken[0]
+                    raise sqlite3.IntegrityError(
+                        f"FOREIGN KEY constraint failed: {table} row {rowid} references a missing {parent} row "
+                        f"({len(broken)} broken reference(s))"
+                    )
+        finally:
+            conn.execute("PRAGMA foreign_keys=ON")
 
     def translate(self, text: str) -> str:
         # BEGIN IMMEDIATE already holds the database's write lock: SQLite has (and needs) no row locks.

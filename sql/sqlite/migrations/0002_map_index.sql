@@ -1,0 +1,54 @@
+-- ENGINE 0002: mapped Airflow tasks (.expand()). A mapped task is one task run; each map index's tries are
+-- its attempts, told apart by MAP_INDEX (NULL for an unmapped task). Attempt numbers and "one live
+-- attempt" become per task run and map index. Existing rows keep MAP_INDEX NULL.
+-- SQLite cannot drop a table constraint, so the table is rebuilt (every row copied, ids kept); the
+-- migration runner switches foreign keys off around this transaction and checks them before COMMIT.
+CREATE TABLE AUD_TASK_ATTEMPTS_0002 (
+    ATTEMPT_ID        INTEGER PRIMARY KEY,
+    TASK_RUN_ID       INTEGER NOT NULL REFERENCES AUD_TASK_RUN_LOG (TASK_RUN_ID),
+    ATTEMPT_NUMBER    INTEGER NOT NULL,
+    STATUS            TEXT NOT NULL
+        CHECK (STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING', 'SUCCESS', 'FAILED', 'TIMED_OUT', 'CANCELLED', 'LOST')),
+    -- Lease owner token (who holds the attempt), not a surrogate key of any table.
+    OWNER_ID          TEXT,
+    LEASE_EXPIRES_AT  TEXT,
+    HEARTBEAT_AT      TEXT,
+    QUEUED_AT         TEXT,
+    CLAIMED_AT        TEXT,
+    STARTED_AT        TEXT,
+    ENDED_AT          TEXT,
+    HOST              TEXT,
+    PID               INTEGER,
+    SOURCE_COUNT      INTEGER,
+    TARGET_COUNT      INTEGER,
+    INSERT_COUNT      INTEGER,
+    UPDATE_COUNT      INTEGER,
+    DELETE_COUNT      INTEGER,
+    ROWS_WRITTEN      INTEGER,
+    ERROR_MESSAGE     TEXT,
+    TASK_LOG          TEXT,
+    LOG_PATH          TEXT,
+    REQUESTED_BY      TEXT,
+    REQUESTED_BY_KIND TEXT
+        CHECK (REQUESTED_BY_KIND IN ('HUMAN', 'SCHEDULE', 'ORCHESTRATOR', 'WORKER', 'SYSTEM')),
+    MAP_INDEX         INTEGER CHECK (MAP_INDEX >= 0)
+);
+
+INSERT INTO AUD_TASK_ATTEMPTS_0002 (ATTEMPT_ID, TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, LEASE_EXPIRES_AT,
+    HEARTBEAT_AT, QUEUED_AT, CLAIMED_AT, STARTED_AT, ENDED_AT, HOST, PID, SOURCE_COUNT, TARGET_COUNT, INSERT_COUNT,
+    UPDATE_COUNT, DELETE_COUNT, ROWS_WRITTEN, ERROR_MESSAGE, TASK_LOG, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND)
+SELECT ATTEMPT_ID, TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, LEASE_EXPIRES_AT, HEARTBEAT_AT, QUEUED_AT,
+    CLAIMED_AT, STARTED_AT, ENDED_AT, HOST, PID, SOURCE_COUNT, TARGET_COUNT, INSERT_COUNT, UPDATE_COUNT,
+    DELETE_COUNT, ROWS_WRITTEN, ERROR_MESSAGE, TASK_LOG, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND
+FROM AUD_TASK_ATTEMPTS;
+
+DROP TABLE AUD_TASK_ATTEMPTS;
+ALTER TABLE AUD_TASK_ATTEMPTS_0002 RENAME TO AUD_TASK_ATTEMPTS;
+
+-- One attempt per try of each map index (NULL, the unmapped case, counts as one index).
+CREATE UNIQUE INDEX UX_AUD_TASK_ATTEMPTS_NUMBER
+    ON AUD_TASK_ATTEMPTS (TASK_RUN_ID, COALESCE(MAP_INDEX, -1), ATTEMPT_NUMBER);
+
+-- One live attempt per task run and map index.
+CREATE UNIQUE INDEX UX_AUD_TASK_ATTEMPTS_LIVE
+    ON AUD_TASK_ATTEMPTS (TASK_RUN_ID, COALESCE(MAP_INDEX, -1)) WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING');

@@ -344,8 +344,9 @@ def recorded_task(task: Any) -> tuple[str | None, str | None] | None:
 
     A mapped task keeps its operator's arguments in ``partial_kwargs`` until Airflow expands it.
     """
-    operator_class = getattr(task, "operator_class", None)
-    if isinstance(operator_class, type) and issubclass(operator_class, RecordedTaskMixin):
+    if getattr(task, "is_mapped", False):  # a MappedOperator
+        if not issubclass(task.operator_class, RecordedTaskMixin):
+            return None
         kwargs = task.partial_kwargs
         return kwargs.get("pipeline_code"), kwargs.get("task_code") or default_task_code(task.task_id)
     if getattr(task, "etl_craft_records_task", False):

@@ -79,7 +79,7 @@ def _inherit(task: Any, pipeline_code: str, defaults: dict[str, Any]) -> None:
 
     A mapped task keeps its arguments in ``partial_kwargs`` until Airflow expands it, so they go there.
     """
-    kwargs = getattr(task, "partial_kwargs", None)
+    kwargs = task.partial_kwargs if getattr(task, "is_mapped", False) else None
     get = kwargs.get if kwargs is not None else (lambda key: getattr(task, key))
     put = kwargs.__setitem__ if kwargs is not None else (lambda key, value: setattr(task, key, value))
     own = get("pipeline_code")

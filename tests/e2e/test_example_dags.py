@@ -87,7 +87,12 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
     assert hook.get_records("SELECT PIPELINE_CODE FROM CFG_PIPELINES") == [("DAILY_SALES",)]
     assert hook.get_records("SELECT COUNT(*) FROM CFG_TASKS") == [(4,)]
     assert dag.test().state == "success"  # a second run: nothing pending, nothing changed
-    assert hook.get_records("SELECT COUNT(*) FROM SCHEMA_MIGRATIONS") == [(2,)]
+    ledger = hook.get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY SOURCE, VERSION")
+    assert [tuple(r) for r in ledger] == [
+        ("ENGINE", "0001_schema"),
+        ("ENGINE", "0002_map_index.sql"),
+        ("PROJECT", "0001_example_pipeline.sql"),
+    ]
 
 
 def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup, airflow_db: Path, tmp_path: Path,

@@ -159,7 +159,8 @@ TASK_WAIT_DAG = (
     + """
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=FAST) as dag:
     with etl_craft_pipeline("TWAIT_E2E", claim_kwargs={"poke_interval": 1, "timeout": 60}):
-        @etl_craft_task(**GATE)
+        # A root of the pipeline follows the claim (a setup task), so it keeps trigger_rule all_success.
+        @etl_craft_task(etl_craft_gate_poke_interval=1, etl_craft_gate_timeout=__GATE_TIMEOUT__)
         def w1():
             return 3
 

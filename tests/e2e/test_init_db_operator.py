@@ -58,6 +58,7 @@ def test_init_db_operator_succeeds_and_returns_what_it_did(
     run = load(airflow_db / "dags").test()
     assert run.state == "success"
     assert task_tries(run) == ("success", 1)
-    assert engine.hook().get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS") == [
-        ("ENGINE", "0001_schema")
+    assert engine.hook().get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY VERSION") == [
+        ("ENGINE", "0001_schema"),
+        ("ENGINE", "0002_map_index.sql"),
     ]

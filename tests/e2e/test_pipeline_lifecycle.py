@@ -24,15 +24,14 @@ pytestmark = pytest.mark.e2e
 class Pipeline:
     """An Engine DB with the E2E_PIPE pipeline, the Airflow connection to it, and the task control file."""
 
-    def __init__(
-        self, engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-    ):
+    def __init__(self, engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                 migration: str = pipeline_dags.PIPELINE_MIGRATION):  # fmt: skip
         self.engine = engine
         self.dags = airflow_db / "dags"
         self.airflow_db = airflow_db / "airflow.db"
         migrations = engine.config_path.parent / "migrations"
         migrations.mkdir(exist_ok=True)
-        (migrations / "0001_e2e_pipeline.sql").write_text(pipeline_dags.PIPELINE_MIGRATION)
+        (migrations / "0001_e2e_pipeline.sql").write_text(migration)
         engine.hook().migrate()
         self.control = tmp_path / "control.json"
         self.probes = tmp_path / "probes"
@@ -71,6 +70,15 @@ class Pipeline:
     def interventions(self) -> list[tuple]:
         return self.rows("SELECT PIPELINE_RUN_ID, ACTION, FROM_STATUS, TO_STATUS, REQUESTED_BY_KIND "
                          "FROM AUD_RUN_INTERVENTIONS ORDER BY INTERVENTION_ID")  # fmt: skip
+
+    def rescheduled(self, dag_id: str, task_id: str) -> int:
+        """How many times Airflow rescheduled ``task_id`` in ``dag_id`` (its ``task_reschedule`` rows)."""
+        with sqlite3.connect(self.airflow_db, timeout=30) as db:
+            return db.execute(
+                "SELECT COUNT(*) FROM task_reschedule r JOIN task_instance ti ON ti.id = r.ti_id "
+                "WHERE ti.dag_id = ? AND ti.task_id = ?",
+                (dag_id, task_id),
+            ).fetchone()[0]
 
     def ti(self, dag_id: str, run_id: str, task_id: str) -> tuple[str, int]:
         with sqlite3.connect(self.airflow_db) as db:
@@ -302,12 +310,7 @@ def test_a_claim_that_waits_too_long_fails_naming_the_blocking_run(pipeline: Pip
 
 
 def rescheduled(pipeline: Pipeline, dag: str) -> int:
-    with sqlite3.connect(pipeline.airflow_db, timeout=30) as db:
-        return db.execute(
-            "SELECT COUNT(*) FROM task_reschedule r JOIN task_instance ti ON ti.id = r.ti_id "
-            "WHERE ti.dag_id = ? AND ti.task_id = 'e2e_pipe.claim'",
-            (dag,),
-        ).fetchone()[0]
+    return pipeline.rescheduled(dag, "e2e_pipe.claim")
 
 
 def wait_for(check, what: str, timeout: float = 120) -> None:  # noqa: ANN001 - a predicate

@@ -169,7 +169,7 @@ def init_db_locked(dialect: EngineDialect, conn: Any) -> InitResult:
             at = max(state.applied)
             return InitResult(
                 False, at, f"Engine DB {where} is at {at}; ENGINE migration {', '.join(state.pending)} is "
-                "pending: apply it with `etl-craft-airflow migrate`",
+                "pending (`etl-craft-airflow migrate` applies it)",
             )  # fmt: skip
         at = latest_version(dialect.name)
         return InitResult(False, at, f"Engine DB {where} is already at {at}; nothing changed")

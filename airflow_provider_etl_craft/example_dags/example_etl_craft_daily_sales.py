@@ -7,6 +7,10 @@ connection of type ``sqlite``; the Engine DB through ``etl_craft_default``::
 
     AIRFLOW_CONN_ETL_CRAFT_DEFAULT='{"conn_type": "etl_craft", "extra": {"config_path": "/path/craft-connector.yml"}}'
     AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE='{"conn_type": "sqlite", "host": "/path/warehouse.db"}'
+
+Every task works on the run's date (:func:`run_date`): the logical date when the DAG run has one, else its
+``run_after``. A DAG run triggered from the UI, the CLI or the REST API has no logical date by default in
+Airflow 3, so the ``ds`` template variable is undefined for it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,23 @@ WAREHOUSE_CONN_ID = "etl_craft_warehouse"
 RecordedSQLExecuteQueryOperator = recorded(SQLExecuteQueryOperator)
 
 
+def run_date(dag_run: Any) -> str:
+    """The day (``YYYY-MM-DD``) a DAG run loads: its logical date, or ``run_after`` when it has none.
+
+    :raises ValueError: the DAG run has neither (rows are never written under a missing date).
+    """
+    when = getattr(dag_run, "logical_date", None) or getattr(dag_run, "run_after", None)
+    if when is None:
+        raise ValueError(
+            f"DAG run {getattr(dag_run, 'run_id', dag_run)!r} has no logical date and no run_after"
+        )
+    return when.strftime("%Y-%m-%d")
+
+
+#: The run's date in a templated field, e.g. a SQL parameter: :func:`run_date` as a DAG macro.
+RUN_DATE = "{{ run_date(dag_run) }}"
+
+
 def inserted_rows(results: Any) -> dict[str, int]:
     """Counts of a SQL task whose last statement is ``SELECT changes()`` (rows the INSERT before it wrote).
 
@@ -42,16 +63,18 @@ with DAG(  # noqa: SIM117 - the pipeline group reads better on its own line
     catchup=False,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
     tags=["etl-craft", "example"],
+    user_defined_macros={"run_date": run_date},
     doc_md=__doc__,
 ) as dag:
     # [START howto_etl_craft_pipeline]
     with etl_craft_pipeline("DAILY_SALES", claim_kwargs={"poke_interval": 30}):
 
         @etl_craft_task
-        def extract_orders(ds: str | None = None) -> dict[str, int]:
+        def extract_orders(dag_run: Any = None) -> dict[str, int]:
             """Pull the day's orders from the 'source' (generated here) into raw_orders."""
             from airflow.providers.sqlite.hooks.sqlite import SqliteHook
 
+            ds = run_date(dag_run)
             rng = random.Random(ds)
             rows = [(f"{ds}-{i:04d}", ds, rng.choice(["north", "south", "west"]), round(rng.uniform(5, 500), 2))
                     for i in range(rng.randint(40, 60))]  # fmt: skip
@@ -73,7 +96,7 @@ with DAG(  # noqa: SIM117 - the pipeline group reads better on its own line
                 "WHERE order_date = :ds AND amount > 0",
                 "SELECT changes()",
             ],
-            parameters={"ds": "{{ ds }}"},
+            parameters={"ds": RUN_DATE},
             counts=inserted_rows,
         )
 
@@ -88,7 +111,7 @@ with DAG(  # noqa: SIM117 - the pipeline group reads better on its own line
                 "WHERE order_date = :ds GROUP BY order_date, region",
                 "SELECT changes()",
             ],
-            parameters={"ds": "{{ ds }}"},
+            parameters={"ds": RUN_DATE},
             counts=inserted_rows,
         )
 

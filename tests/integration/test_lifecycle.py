@@ -949,3 +949,145 @@ def test_a_late_duplicate_of_an_ended_try_does_not_kill_the_live_later_try(db: D
         assert [(a["ATTEMPT_NUMBER"], a["STATUS"]) for a in attempts] == [(1, "FAILED"), (2, "RUNNING")]
         assert db.task_run(run_id, "EXTRACT")["ATTEMPT_COUNT"] == 2
     db.lc.finish_task(second, "SUCCESS")  # the live try still records its result
+
+
+# -- Airflow execution paths: skips, reschedules and deferrals, map indexes, marks --------------------------
+
+
+def test_a_skipped_attempt_is_cancelled_and_its_task_run_skipped_with_the_reason(db: Db) -> None:
+    identity = ident()
+    run_id = db.lc.claim("SALES", identity).pipeline_run_id
+    handle = db.lc.start_task("SALES", "EXTRACT", identity, 1)
+    db.lc.finish_task(handle, "SKIPPED", error="nothing to do today")
+    (attempt,) = db.attempts(handle.task_run_id)
+    assert (attempt["STATUS"], attempt["ERROR_MESSAGE"]) == ("CANCELLED", None)
+    assert db.scalar("SELECT TASK_LOG FROM AUD_TASK_ATTEMPTS WHERE ATTEMPT_ID = ?", handle.attempt_id) == (
+        "skipped: nothing to do today"
+    )
+    row = db.task_run(run_id, "EXTRACT")
+    assert (row["STATUS"], row["ERROR_MESSAGE"], row["TASK_LOG"]) == (
+        "SKIPPED",
+        None,
+        "skipped: nothing to do today",
+    )
+    outcome = db.lc.finish_run(
+        "SALES", identity, {"EXTRACT": "skipped", "LOAD": "skipped", "NOTIFY": "skipped"}
+    )
+    assert outcome.status == "SKIPPED"
+
+
+def test_a_parked_attempt_is_taken_over_by_its_try_once_and_counts_once(db: Db) -> None:
+    identity = ident()
+    run_id = db.lc.claim("SALES", identity).pipeline_run_id
+    first = db.lc.start_task("SALES", "EXTRACT", identity, 1)
+    db.lc.park_task(first, "rescheduled by Airflow: the next poke is due at 2026-01-02T06:01:00Z")
+    (parked,) = db.attempts(first.task_run_id)
+    assert parked["STATUS"] == "QUEUED"
+    # A second delivery of the same try while it is parked cannot open another attempt.
+    with pytest.raises(StaleTransitionError, match="already has a live attempt"):
+        db.lc.start_task("SALES", "EXTRACT", identity, 1)
+    poke = db.lc.start_task("SALES", "EXTRACT", identity, 1, resume=True)
+    assert (poke.attempt_id, poke.attempt_number) == (first.attempt_id, 1) and poke.owner_id != first.owner_id
+    assert db.scalar("SELECT TASK_LOG FROM AUD_TASK_ATTEMPTS WHERE ATTEMPT_ID = ?", poke.attempt_id) is None
+    with pytest.raises(StaleTransitionError, match="closed by someone else"):  # the old owner lost it
+        db.lc.park_task(first, "again")
+    # Taken over once: a duplicate resume finds nothing parked and is refused as a duplicate delivery.
+    with pytest.raises(StaleTransitionError, match="already has a live attempt"):
+        db.lc.start_task("SALES", "EXTRACT", identity, 1, resume=True)
+    db.lc.finish_task(poke, "SUCCESS", TaskCounts(rows_written=4))
+    (attempt,) = db.attempts(first.task_run_id)
+    assert (attempt["ATTEMPT_ID"], attempt["STATUS"], attempt["ROWS_WRITTEN"]) == (
+        first.attempt_id,
+        "SUCCESS",
+        4,
+    )
+    assert (db.task_run(run_id, "EXTRACT")["STATUS"], db.task_run(run_id, "EXTRACT")["ATTEMPT_COUNT"]) == (
+        "SUCCESS",
+        1,
+    )
+
+
+def test_a_resume_with_nothing_parked_opens_the_attempt(db: Db) -> None:
+    """start_from_trigger: the try's first code on a worker is the resumed method."""
+    identity = ident()
+    db.lc.claim("SALES", identity)
+    handle = db.lc.start_task("SALES", "EXTRACT", identity, 1, resume=True)
+    assert [a["STATUS"] for a in db.attempts(handle.task_run_id)] == ["RUNNING"]
+
+
+def test_map_indexes_are_attempts_of_one_task_run_settled_over_every_index(db: Db) -> None:
+    identity = ident()
+    run_id = db.lc.claim("SALES", identity).pipeline_run_id
+    handles = [db.lc.start_task("SALES", "LOAD", identity, 1, map_index=i) for i in range(3)]
+    assert len({h.task_run_id for h in handles}) == 1
+    with pytest.raises(StaleTransitionError):  # a duplicate delivery of map index 1, try 1
+        db.lc.start_task("SALES", "LOAD", identity, 1, map_index=1)
+    db.lc.finish_task(handles[0], "SUCCESS", TaskCounts(rows_written=2), map_count=3)
+    assert db.task_run(run_id, "LOAD")["STATUS"] == "IN-PROGRESS"  # two indexes still live
+    db.lc.finish_task(handles[1], "SKIPPED", error="no file today", map_count=3)
+    db.lc.finish_task(handles[2], "FAILED", error="ValueError: bad file", map_count=3)
+    row = db.task_run(run_id, "LOAD")
+    assert (row["STATUS"], row["ERROR_MESSAGE"], row["ROWS_WRITTEN"]) == (
+        "FAILED", "map index 2 FAILED: ValueError: bad file", 2,
+    )  # fmt: skip
+    retry = db.lc.start_task("SALES", "LOAD", identity, 2, map_index=2)  # the failed index's retry
+    assert db.task_run(run_id, "LOAD")["STATUS"] == "IN-PROGRESS"
+    db.lc.finish_task(retry, "SUCCESS", TaskCounts(rows_written=5), map_count=3)
+    row = db.task_run(run_id, "LOAD")
+    assert (row["STATUS"], row["ATTEMPT_COUNT"], row["ROWS_WRITTEN"], row["ERROR_MESSAGE"], row["TASK_LOG"]) == (
+        "SUCCESS", 4, 7, None, "3 map indexes: 2 SUCCESS, 1 SKIPPED, 0 FAILED",
+    )  # fmt: skip
+    assert db.records(
+        "SELECT MAP_INDEX, ATTEMPT_NUMBER, STATUS FROM AUD_TASK_ATTEMPTS WHERE TASK_RUN_ID = ? "
+        "ORDER BY MAP_INDEX, ATTEMPT_NUMBER", retry.task_run_id,
+    ) == [(0, 1, "SUCCESS"), (1, 1, "CANCELLED"), (2, 1, "FAILED"), (2, 2, "SUCCESS")]  # fmt: skip
+
+
+def test_finish_settles_a_mapped_task_with_airflows_view_of_indexes_that_never_recorded(db: Db) -> None:
+    identity = ident()
+    run_id = db.lc.claim("SALES", identity).pipeline_run_id
+    handle = db.lc.start_task("SALES", "LOAD", identity, 1, map_index=0)
+    db.lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=1), map_count=2)
+    # Map index 1 failed in Airflow before it recorded anything (e.g. its worker could not start it).
+    outcome = db.lc.finish_run(
+        "SALES", identity, {"EXTRACT": "success", "NOTIFY": "skipped"}, {"LOAD": {0: "success", 1: "failed"}}
+    )
+    assert outcome.status == "FAILED" and outcome.failed == ("LOAD",)
+    row = db.task_run(run_id, "LOAD")
+    assert (row["STATUS"], row["ROWS_WRITTEN"]) == ("FAILED", 1)
+    assert (
+        row["ERROR_MESSAGE"] == "map index 1 FAILED: failed in Airflow before it recorded an attempt (failed)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("recorded", "marked", "expected"),
+    [("FAILED", "success", "SUCCESS"), ("SUCCESS", "failed", "FAILED"), ("CANCELLED", "success", "SUCCESS")],
+)
+def test_finish_follows_a_task_marked_by_hand_and_records_a_mark(db: Db, recorded: str, marked: str,
+                                                                 expected: str) -> None:  # fmt: skip
+    identity = ident()
+    run_id = db.lc.claim("SALES", identity).pipeline_run_id
+    db.lc.finish_task(db.lc.start_task("SALES", "EXTRACT", identity, 1), recorded, error=None)
+    db.lc.finish_task(db.lc.start_task("SALES", "LOAD", identity, 1), "SUCCESS")
+    outcome = db.lc.finish_run("SALES", identity, {"EXTRACT": marked, "LOAD": "success", "NOTIFY": "skipped"})
+    assert db.task_run(run_id, "EXTRACT")["STATUS"] == expected
+    assert outcome.status == ("SUCCESS" if expected == "SUCCESS" else "FAILED")
+    (mark,) = db.interventions()
+    assert (mark["ACTION"], mark["FROM_STATUS"], mark["TO_STATUS"], mark["TASK_ID"]) == (
+        "MARK", recorded, expected, db.scalar("SELECT TASK_ID FROM CFG_TASKS WHERE TASK_CODE = 'EXTRACT'"),
+    )  # fmt: skip
+    assert mark["REASON"].startswith(f"marked {marked} in Airflow (by hand in the UI or API)")
+
+
+def test_finish_records_a_task_marked_success_before_it_ran_with_a_mark(db: Db) -> None:
+    identity = ident()
+    run_id = db.lc.claim("SALES", identity).pipeline_run_id
+    db.lc.finish_task(db.lc.start_task("SALES", "EXTRACT", identity, 1), "SUCCESS")
+    outcome = db.lc.finish_run("SALES", identity, ALL_SUCCESS)
+    assert outcome.status == "SUCCESS"
+    row = db.task_run(run_id, "LOAD")
+    assert (row["STATUS"], row["ATTEMPT_COUNT"]) == ("SUCCESS", 0)
+    assert [(i["ACTION"], i["FROM_STATUS"], i["TO_STATUS"]) for i in db.interventions()] == [
+        ("MARK", None, "SUCCESS")
+    ]

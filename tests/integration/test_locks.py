@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -51,25 +54,60 @@ def release(proc: subprocess.Popen[str]) -> None:
     assert proc.stdout is not None and proc.stdout.readline().strip() == "released"
 
 
+#: Seconds a process may take to start (it imports Airflow) and reach the lock, on a loaded machine too.
+REACH_TIMEOUT = 120.0
+IN_OPEN = 0x20  # <sys/inotify.h>
+
+
+@contextmanager
+def lock_file_opens(path: Path) -> Iterator[Callable[[float], bool]]:
+    """Watch ``path`` with inotify; yields ``opened(timeout)``: True once somebody opened it after the watch began.
+
+    A SQLite-profile lock is a lock file that every attempt to take it opens (filelock opens it, tries flock,
+    closes it again while another process holds it, and retries), so an open seen while the holder holds the
+    lock is another process's attempt at it.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+    if fd < 0 or libc.inotify_add_watch(fd, os.fsencode(path), IN_OPEN) < 0:
+        raise OSError(ctypes.get_errno(), f"inotify on {path}")
+
+    def opened(timeout: float) -> bool:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable and os.read(fd, 4096))
+
+    try:
+        yield opened
+    finally:
+        os.close(fd)
+
+
 def wait_until_blocked(setup: EngineSetup, waiter: subprocess.Popen[str]) -> None:
-    """Until ``waiter`` is waiting on the lock: PostgreSQL shows the ungranted advisory lock in pg_locks."""
+    """Until ``waiter`` has tried the lock and is waiting for it (the test's holder has it all along).
+
+    PostgreSQL shows the waiter's ungranted advisory lock in pg_locks; with SQLite the waiter's attempts open
+    the lock file (seen with inotify), and it is still running, so it has not got the lock."""
+    deadline = time.monotonic() + REACH_TIMEOUT
     if setup.dialect == "sqlite":
+        if not sys.platform.startswith("linux"):
+            pytest.skip("seeing a lock attempt on a SQLite profile's lock file needs inotify (Linux)")
         lock_file = setup.hook().engine.path.with_name("etl-craft.db.migrate.lock")
-        for _ in range(300):
-            if lock_file.exists() and waiter.poll() is None:
-                time.sleep(1.0)  # filelock polls; give it time to reach the lock and find it taken
-                return
-            time.sleep(0.1)
-        raise AssertionError("the waiter never reached the lock")
+        assert lock_file.exists()  # the holder's
+        with lock_file_opens(lock_file) as opened:
+            while not opened(0.1):  # filelock retries every 50 ms, so a waiter that started is seen
+                assert waiter.poll() is None, waiter.communicate()
+                assert time.monotonic() < deadline, "the waiter never tried the lock"
+        assert waiter.poll() is None, waiter.communicate()
+        return
     admin = setup.database.cluster.admin_connect(setup.database.name)
     with closing(admin), admin.cursor() as cur:
-        for _ in range(300):
+        while True:
             cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
             if cur.fetchone()[0] == 1:
                 return
             assert waiter.poll() is None, waiter.communicate()
-            time.sleep(0.1)
-    raise AssertionError("the waiter never blocked on the advisory lock")
+            assert time.monotonic() < deadline, "the waiter never blocked on the advisory lock"
+            time.sleep(0.05)
 
 
 def test_second_process_waits_for_migrate_while_the_first_holds_it(engine: EngineSetup) -> None:

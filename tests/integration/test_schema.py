@@ -45,7 +45,7 @@ SPEC_COLUMNS: dict[str, set[str]] = {
         "ENDED_BY ENDED_BY_KIND REPAIR_PENDING",
         "AUD_TASK_RUN_LOG": "TASK_RUN_ID TASK_ID PIPELINE_RUN_ID START_DATE END_DATE STATUS ATTEMPT_COUNT "
         f"{COUNTS} ROWS_WRITTEN ERROR_MESSAGE TASK_LOG",
-        "AUD_TASK_ATTEMPTS": "ATTEMPT_ID TASK_RUN_ID ATTEMPT_NUMBER STATUS OWNER_ID LEASE_EXPIRES_AT "
+        "AUD_TASK_ATTEMPTS": "ATTEMPT_ID TASK_RUN_ID ATTEMPT_NUMBER MAP_INDEX STATUS OWNER_ID LEASE_EXPIRES_AT "
         f"HEARTBEAT_AT QUEUED_AT CLAIMED_AT STARTED_AT ENDED_AT HOST PID {COUNTS} ROWS_WRITTEN "
         "ERROR_MESSAGE TASK_LOG LOG_PATH REQUESTED_BY REQUESTED_BY_KIND",
         "AUD_GATE_DECISIONS": "DECISION_ID PIPELINE_RUN_ID ATTEMPT_ID PIPELINE_DEPENDENCY_ID TASK_DEPENDENCY_ID "
@@ -116,24 +116,35 @@ APPEND_ONLY_TABLES = ("AUD_GATE_DECISIONS", "AUD_DEPENDENCY_CONSUMPTION")
 # --------------------------------------------------------------------------- applying the schema
 
 
+def schema_files(dialect: str) -> list[Path]:
+    """The latest schema of a dialect: the baseline schema.sql, then its ENGINE migrations in order."""
+    return [SQL_DIR / dialect / "schema.sql", *sorted((SQL_DIR / dialect / "migrations").glob("*.sql"))]
+
+
 def apply_sqlite_schema(conn: sqlite3.Connection) -> None:
-    """Run sql/sqlite/schema.sql statement by statement in one transaction."""
+    """Run the SQLite schema files statement by statement in one transaction (foreign keys off while a
+    migration rebuilds a table, checked before COMMIT: SQLite's documented procedure)."""
+    conn.execute("PRAGMA foreign_keys=OFF")
     conn.execute("BEGIN")
-    statement = ""
-    for line in (SQL_DIR / "sqlite" / "schema.sql").read_text().splitlines(keepends=True):
-        statement += line
-        if sqlite3.complete_statement(statement):
-            conn.execute(statement)
-            statement = ""
+    for path in schema_files("sqlite"):
+        statement = ""
+        for line in path.read_text().splitlines(keepends=True):
+            statement += line
+            if sqlite3.complete_statement(statement):
+                conn.execute(statement)
+                statement = ""
+        assert not statement.strip(), f"{path.name} ends with an incomplete statement: {statement!r}"
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     conn.execute("COMMIT")
-    assert not statement.strip(), f"schema.sql ends with an incomplete statement: {statement!r}"
+    conn.execute("PRAGMA foreign_keys=ON")
 
 
 def apply_postgresql_schema(conn: Any) -> None:
-    """Run sql/postgresql/schema.sql as one execute in one transaction."""
+    """Run the PostgreSQL schema files, each as one execute, in one transaction."""
     with conn.cursor() as cur:
         cur.execute("BEGIN")
-        cur.execute((SQL_DIR / "postgresql" / "schema.sql").read_text())
+        for path in schema_files("postgresql"):
+            cur.execute(path.read_text())
         cur.execute("COMMIT")
 
 
@@ -449,6 +460,27 @@ def test_duplicate_attempt_number_of_a_task_run_is_refused(db: EngineDB, rows: R
     rows.aud_task_attempts(TASK_RUN_ID=task_run, ATTEMPT_NUMBER=1, STATUS="FAILED")
     with pytest.raises(db.IntegrityError):
         rows.aud_task_attempts(TASK_RUN_ID=task_run, ATTEMPT_NUMBER=1, STATUS="FAILED")
+
+
+def test_map_indexes_of_one_task_run_each_have_their_own_live_attempt_and_numbers(
+    db: EngineDB, rows: Rows
+) -> None:
+    task_run = rows.aud_task_run_log(STATUS="IN-PROGRESS")
+    for index in (0, 1):
+        rows.aud_task_attempts(TASK_RUN_ID=task_run, MAP_INDEX=index, ATTEMPT_NUMBER=1, STATUS="RUNNING")
+    # The unmapped key (NULL) is one more "index": its own live attempt and numbering.
+    rows.aud_task_attempts(TASK_RUN_ID=task_run, ATTEMPT_NUMBER=1, STATUS="RUNNING")
+    with pytest.raises(db.IntegrityError):  # a second live attempt of map index 1
+        rows.aud_task_attempts(TASK_RUN_ID=task_run, MAP_INDEX=1, ATTEMPT_NUMBER=2, STATUS="QUEUED")
+    with pytest.raises(db.IntegrityError):  # try 1 of map index 0 again
+        rows.aud_task_attempts(TASK_RUN_ID=task_run, MAP_INDEX=0, ATTEMPT_NUMBER=1, STATUS="FAILED")
+    with pytest.raises(db.IntegrityError):  # a second live unmapped attempt
+        rows.aud_task_attempts(TASK_RUN_ID=task_run, ATTEMPT_NUMBER=2, STATUS="RUNNING")
+
+
+def test_a_negative_map_index_is_refused(db: EngineDB, rows: Rows) -> None:
+    with pytest.raises(db.IntegrityError):
+        rows.aud_task_attempts(MAP_INDEX=-1)
 
 
 # --------------------------------------------------------------------------- pauses
@@ -799,7 +831,8 @@ def _add_sqlite_unique_keys(conn: sqlite3.Connection, table: str, catalog: Catal
     for _seq, index, unique, origin, partial in conn.execute(f"PRAGMA index_list({table})").fetchall():
         if not unique or origin == "pk":
             continue
-        columns = tuple(r[2] for r in conn.execute(f"PRAGMA index_info({index})").fetchall())
+        # An expression key (COALESCE(MAP_INDEX, -1)) has no column name; both catalogs call it <expr>.
+        columns = tuple(r[2] or "<expr>" for r in conn.execute(f"PRAGMA index_info({index})").fetchall())
         predicate = None
         if partial:
             (index_sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (index,)).fetchone()
@@ -817,9 +850,9 @@ def _add_sqlite_foreign_keys(conn: sqlite3.Connection, table: str, catalog: Cata
 
 PG_INDEXES = """
 SELECT t.relname,
-       ARRAY(SELECT a.attname::text
+       ARRAY(SELECT COALESCE(a.attname::text, '<expr>')
                FROM unnest(ix.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-               JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum
+               LEFT JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum
               ORDER BY k.ord),
        ix.indisprimary,
        pg_get_expr(ix.indpred, ix.indrelid)
@@ -867,7 +900,7 @@ def postgresql_catalog(conn: Any, schema: str) -> Catalog:
                 catalog.foreign_keys.add((table, child, parent, parent_cols))
         cur.execute(PG_INDEXES, (schema,))
         for table, columns, primary, predicate in cur.fetchall():
-            table, columns = table.upper(), tuple(c.upper() for c in columns)
+            table, columns = table.upper(), tuple(c if c == "<expr>" else c.upper() for c in columns)
             if primary:
                 catalog.primary_keys[table] = columns
             else:
@@ -918,7 +951,8 @@ def test_unique_rules_of_spec_are_declared(db: EngineDB) -> None:
         ("AUD_PIPELINES_RUN_LOG", ("PIPELINE_ID",), frozenset({"IN-PROGRESS"})),
         ("AUD_PIPELINES_RUN_LOG", ("PIPELINE_ID", "RUN_KEY"), None),
         ("AUD_TASK_RUN_LOG", ("TASK_ID", "PIPELINE_RUN_ID"), None),
-        ("AUD_TASK_ATTEMPTS", ("TASK_RUN_ID",), frozenset(LIVE_ATTEMPT_STATUSES)),
-        ("AUD_TASK_ATTEMPTS", ("TASK_RUN_ID", "ATTEMPT_NUMBER"), None),
+        # Per task run and map index (the expression: COALESCE(MAP_INDEX, -1)).
+        ("AUD_TASK_ATTEMPTS", ("TASK_RUN_ID", "<expr>"), frozenset(LIVE_ATTEMPT_STATUSES)),
+        ("AUD_TASK_ATTEMPTS", ("TASK_RUN_ID", "<expr>", "ATTEMPT_NUMBER"), None),
         ("AUD_PIPELINE_PAUSES", ("PIPELINE_ID",), frozenset()),
     } <= keys

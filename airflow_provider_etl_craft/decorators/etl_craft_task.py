@@ -8,7 +8,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator, task_decorator_factory
 from airflow.providers.standard.operators.python import PythonOperator
 
-from airflow_provider_etl_craft.operators.task_run import RecordedTaskMixin
+from airflow_provider_etl_craft.operators.task_run import RecordedTaskMixin, with_recording_arguments
 
 
 class _EtlCraftDecoratedOperator(RecordedTaskMixin, DecoratedOperator, PythonOperator):
@@ -19,6 +19,7 @@ class _EtlCraftDecoratedOperator(RecordedTaskMixin, DecoratedOperator, PythonOpe
     custom_operator_name = "@task.etl_craft"
     ui_color = "#dff3e4"
 
+    @with_recording_arguments
     def __init__(
         self, *, python_callable: Callable[..., Any], op_args: Any, op_kwargs: Any, **kwargs: Any
     ) -> None:

@@ -12,6 +12,7 @@ The Engine DB connection is not held while the work runs: start and finish each 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -297,6 +298,24 @@ def _format_counts(counts: TaskCounts) -> str:
 _RECORDED: dict[type, type] = {}
 
 
+def with_recording_arguments(init: Callable[..., None]) -> Callable[..., None]:
+    """Show :class:`RecordedTaskMixin`'s keyword arguments in ``init``'s signature.
+
+    Airflow's operator metaclass reads each ``__init__`` signature of an operator class to apply
+    ``default_args`` and to validate ``.partial()`` / ``.expand()`` arguments, so a recorded operator must
+    declare ``pipeline_code``, ``counts``, … there, or mapping it refuses them.
+    """
+    own = inspect.signature(init)
+    params = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    names = {p.name for p in params}
+    params += [p for p in inspect.signature(RecordedTaskMixin.__init__).parameters.values()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in names]  # fmt: skip
+    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+    init.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    return init
+
+
+@with_recording_arguments
 def _init(self: Any, **kwargs: Any) -> None:
     # Defined in the class body so Airflow's operator metaclass wraps it (default_args, init checks).
     RecordedTaskMixin.__init__(self, **kwargs)
@@ -330,6 +349,7 @@ class EtlCraftPythonOperator(RecordedTaskMixin, PythonOperator):
 
     ui_color = "#dff3e4"
 
+    @with_recording_arguments
     def __init__(self, **kwargs: Any) -> None:  # here so Airflow's operator metaclass wraps it
         super().__init__(**kwargs)
 

@@ -42,6 +42,8 @@ MIGRATION = "".join(
         _pipeline_sql("BRANCH_P", "PICK", "LEFT", "RIGHT"),
         _pipeline_sql("SHORT_P", "GATE", "LATER"),
         _pipeline_sql("SETUP_P", "PREPARE", "WORK", "CLEANUP"),
+        _pipeline_sql("SENSOR_END_P", "NEVER_READY", "OPTIONAL"),
+        _pipeline_sql("MAP_GROUP_P", "FETCH", "STORE", "COPY"),
     )
 )
 
@@ -211,6 +213,50 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 )
 
 
+# A sensor that times out (TIMED_OUT, the task fails) beside one that soft-fails (skipped).
+SENSOR_END_DAG = (
+    _HEADER
+    + """
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=FAST) as dag:
+    with etl_craft_pipeline("SENSOR_END_P", claim_kwargs=CLAIM):
+        recorded(PythonSensor)(task_id="never_ready", python_callable=lambda: False, mode="reschedule",
+                               poke_interval=1, timeout=2)
+        recorded(PythonSensor)(task_id="optional", python_callable=lambda: False, mode="reschedule",
+                               poke_interval=1, timeout=2, soft_fail=True)
+"""
+)
+
+# A mapped task group (each task of the group runs once per map index) and a recorded operator mapped
+# with .partial().expand_kwargs().
+MAP_GROUP_DAG = (
+    _HEADER
+    + """
+from airflow.providers.common.compat.sdk import task_group
+from airflow.providers.standard.operators.python import PythonOperator
+
+RecordedPython = recorded(PythonOperator)
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=FAST) as dag:
+    with etl_craft_pipeline("MAP_GROUP_P", claim_kwargs=CLAIM):
+        @task_group
+        def per_region(region):
+            @etl_craft_task
+            def fetch(region):
+                return {"source_count": len(region)}
+
+            @etl_craft_task
+            def store(region):
+                return {"rows_written": 10}
+
+            fetch(region) >> store(region)
+
+        copies = RecordedPython.partial(task_id="copy", counts=lambda n: {"rows_written": n}).expand_kwargs(
+            [{"python_callable": (lambda: 1)}, {"python_callable": (lambda: 2)}])
+        per_region.expand(region=["north", "south"]) >> copies
+"""
+)
+
+
 @pytest.fixture
 def paths(engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
     return Pipeline(engine, airflow_db, tmp_path, monkeypatch, migration=MIGRATION)
@@ -365,3 +411,23 @@ def test_airflow_tasks_test_runs_a_recorded_task_unrecorded(paths: Pipeline, req
     assert "runs unrecorded" in output and "nothing is written to the Engine DB" in output
     assert paths.rows("SELECT COUNT(*) FROM AUD_TASK_ATTEMPTS") == [(0,)]
     assert paths.rows("SELECT COUNT(*) FROM AUD_PIPELINES_RUN_LOG") == [(0,)]
+
+
+def test_a_sensor_timeout_is_timed_out_and_a_soft_fail_is_skipped(paths: Pipeline, request) -> None:
+    dag, run, run_id, status = _run(paths, request, SENSOR_END_DAG, "sensor_end")
+    assert run.state == "failed" and status == "FAILED"
+    [never] = _attempts(paths, run_id, "NEVER_READY")
+    assert never[:3] == (None, 1, "TIMED_OUT") and never[4].startswith("AirflowSensorTimeout")
+    assert _task_run(paths, run_id, "NEVER_READY")[:2] == ("FAILED", 1)
+    [optional] = _attempts(paths, run_id, "OPTIONAL")
+    assert optional[:3] == (None, 1, "CANCELLED") and optional[5].startswith("skipped: ")
+    assert _task_run(paths, run_id, "OPTIONAL")[:2] == ("SKIPPED", 1)
+
+
+def test_a_mapped_task_group_and_expand_kwargs_record_one_task_run_per_task(paths: Pipeline, request) -> None:
+    dag, run, run_id, status = _run(paths, request, MAP_GROUP_DAG, "map_group")
+    assert run.state == "success" and status == "SUCCESS"
+    for code in ("FETCH", "STORE", "COPY"):
+        assert [a[:3] for a in _attempts(paths, run_id, code)] == [(0, 1, "SUCCESS"), (1, 1, "SUCCESS")]
+    assert _task_run(paths, run_id, "STORE")[:3] == ("SUCCESS", 2, 20)
+    assert _task_run(paths, run_id, "COPY")[:3] == ("SUCCESS", 2, 3)

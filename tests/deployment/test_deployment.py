@@ -1,0 +1,244 @@
+"""Pipeline DAGs run by a real Airflow 3 deployment (api-server, scheduler, dag-processor, triggerer,
+LocalExecutor; see ``harness.py``): the exact AUD_ rows each scenario leaves in the Engine DB.
+
+Every test uses its own DAG ids and pipeline codes on the session's one deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_provider_etl_craft.example_dags import demo
+from tests.deployment.dags import HOLD_DAG, KILLED_DAG, RETRY_DAG, render
+from tests.deployment.harness import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
+
+pytestmark = [pytest.mark.deployment, pytest.mark.postgres]
+
+EXAMPLES = Path(demo.__file__).parent
+
+
+def only_run(engine: Engine, code: str) -> dict:
+    runs = engine.runs(code)
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_the_example_pipeline_triggered_without_and_with_a_logical_date(
+    deployment: AirflowDeployment,
+) -> None:
+    """The ordinary trigger of Airflow 3 gives the DAG run no logical date: the run's date is then run_after."""
+    engine = deployment.pg  # etl_craft_default, which the example DAGs use, is this Engine DB
+    engine.setup.hook().migrate(EXAMPLES / "project" / "migrations")  # DAILY_SALES and its tasks
+    dag_id = "example_etl_craft_daily_sales"
+    deployment.write_dag(dag_id, (EXAMPLES / f"{dag_id}.py").read_text())
+    deployment.wait_parsed(dag_id)
+
+    plain = deployment.trigger(dag_id)
+    dag_run = deployment.dag_run(dag_id, plain)
+    assert dag_run["logical_date"] is None and dag_run["run_type"] == "manual"
+    assert deployment.wait_run(dag_id, plain, timeout=180) == "success"
+    check_example_run(deployment, dag_id, plain, dag_run["run_after"])
+
+    dated = deployment.trigger(dag_id, logical_date=datetime(2026, 1, 15, 6, 0, tzinfo=UTC))
+    assert deployment.wait_run(dag_id, dated, timeout=180) == "success"
+    check_example_run(deployment, dag_id, dated, datetime(2026, 1, 15, 6, 0, tzinfo=UTC))
+
+    assert [r["STATUS"] for r in engine.runs("DAILY_SALES")] == ["SUCCESS", "SUCCESS"]
+    with sqlite3.connect(deployment.warehouse) as db:
+        assert db.execute("SELECT COUNT(*) FROM raw_orders WHERE order_date IS NULL").fetchone() == (0,)
+        dates = {d for (d,) in db.execute("SELECT DISTINCT order_date FROM raw_orders")}
+    assert dates == {dag_run["run_after"].strftime("%Y-%m-%d"), "2026-01-15"}
+
+
+def check_example_run(deployment: AirflowDeployment, dag_id: str, run_id: str, run_date: datetime) -> None:
+    """One successful DAG run of the example pipeline: its Airflow tasks, Engine rows and warehouse rows."""
+    engine = deployment.pg
+    assert deployment.task_states(dag_id, run_id) == {
+        "daily_sales.claim": "success",
+        "daily_sales.extract_orders": "success",
+        "daily_sales.load_orders": "success",
+        "daily_sales.build_sales_mart": "success",
+        "daily_sales.notify_failure": "skipped",
+        "daily_sales.finish": "success",
+    }
+    (run,) = [r for r in engine.runs("DAILY_SALES") if r["RUN_KEY"] == f"airflow:{dag_id}:{run_id}"]
+    assert (run["STATUS"], run["RUN_DATE"], run["TRIGGER_KIND"]) == ("SUCCESS", run_date, "ORCHESTRATOR")
+    day = run_date.strftime("%Y-%m-%d")
+    with sqlite3.connect(deployment.warehouse) as db:
+        ((raw,),) = db.execute("SELECT COUNT(*) FROM raw_orders WHERE order_date = ?", (day,)).fetchall()
+        ((orders,),) = db.execute("SELECT COUNT(*) FROM orders WHERE order_date = ?", (day,)).fetchall()
+        ((mart,),) = db.execute("SELECT COUNT(*) FROM sales_mart WHERE sales_date = ?", (day,)).fetchall()
+    assert raw > 0 and orders == raw and mart == 3  # every generated amount is positive; three regions
+    assert engine.task_runs(run["PIPELINE_RUN_ID"]) == {
+        "EXTRACT_ORDERS": ("SUCCESS", 1, raw),
+        "LOAD_ORDERS": ("SUCCESS", 1, orders),
+        "BUILD_SALES_MART": ("SUCCESS", 1, mart),
+        "NOTIFY_FAILURE": ("SKIPPED", 0, None),
+    }
+    for code in ("EXTRACT_ORDERS", "LOAD_ORDERS", "BUILD_SALES_MART"):
+        assert engine.attempts(run["PIPELINE_RUN_ID"], code) == [(1, "SUCCESS")]
+    assert engine.attempts(run["PIPELINE_RUN_ID"], "NOTIFY_FAILURE") == []
+    assert engine.rows(
+        "SELECT t.TASK_CODE, g.RESULT FROM AUD_GATE_DECISIONS g JOIN AUD_TASK_ATTEMPTS a ON a.ATTEMPT_ID = g.ATTEMPT_ID "
+        "JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
+        "WHERE g.PIPELINE_RUN_ID = ? ORDER BY g.DECISION_ID",
+        run["PIPELINE_RUN_ID"],
+    ) == [("LOAD_ORDERS", "SATISFIED"), ("BUILD_SALES_MART", "SATISFIED")]
+
+
+@pytest.mark.parametrize("dialect", ["pg", "sqlite"])
+def test_a_task_that_fails_once_is_retried_by_airflow(deployment: AirflowDeployment, dialect: str) -> None:
+    engine = deployment.engines[dialect]
+    code, dag_id = f"DEP_RETRY_{dialect.upper()}", f"dep_retry_{dialect}"
+    engine.add_pipeline(code, ["FLAKY"])
+    deployment.write_dag(dag_id, render(RETRY_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id))
+    deployment.wait_parsed(dag_id)
+
+    run_id = deployment.trigger(dag_id)
+    assert deployment.wait_run(dag_id, run_id) == "success"
+    group = code.lower()
+    assert deployment.task_states(dag_id, run_id) == {
+        f"{group}.claim": "success",
+        f"{group}.flaky": "success",
+        f"{group}.finish": "success",
+    }
+    assert deployment.try_numbers(dag_id, run_id)[f"{group}.flaky"] == 2
+
+    run = only_run(engine, code)
+    assert run["STATUS"] == "SUCCESS" and run["RUN_KEY"] == f"airflow:{dag_id}:{run_id}"
+    assert engine.attempts(run["PIPELINE_RUN_ID"], "FLAKY") == [(1, "FAILED"), (2, "SUCCESS")]
+    assert engine.task_runs(run["PIPELINE_RUN_ID"]) == {"FLAKY": ("SUCCESS", 2, 7)}
+
+
+def test_two_dag_runs_of_one_pipeline_at_once_the_second_claim_waits(deployment: AirflowDeployment,
+                                                                     tmp_path: Path) -> None:  # fmt: skip
+    engine = deployment.pg
+    code, dag_id = "DEP_CONCURRENT", "dep_concurrent"
+    engine.add_pipeline(code, ["HOLD"])
+    deployment.write_dag(dag_id, render(HOLD_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id))
+    deployment.wait_parsed(dag_id)
+    claim = f"{code.lower()}.claim"
+    started, release = tmp_path / "started", tmp_path / "release"
+    in_progress: list[int] = []  # Engine runs IN-PROGRESS, sampled on every poll
+
+    def sample() -> None:
+        in_progress.append(engine.in_progress(code))
+
+    first = deployment.trigger(dag_id, conf={"started": str(started), "release": str(release)})
+    deployment.wait_until(started.exists, 120, "the first run's HOLD to start", sample)
+    second = deployment.trigger(dag_id)
+    # The second claim finds the first run IN-PROGRESS and gives its worker slot back: up_for_reschedule,
+    # which Airflow records as a task_reschedule row. The first run is held until the test has seen that.
+    deployment.wait_until(lambda: deployment.reschedules(dag_id, second, claim) >= 1, 120,
+                          "the second run's claim to be rescheduled", sample)  # fmt: skip
+    assert deployment.dag_run(dag_id, first)["state"] == "running"
+    assert deployment.task_states(dag_id, first)[f"{code.lower()}.hold"] == "running"
+    release.touch()
+    assert deployment.wait_run(dag_id, first, probe=sample) == "success"
+    assert deployment.wait_run(dag_id, second, probe=sample) == "success"
+
+    tries = deployment.try_numbers(dag_id, second)[claim]
+    if tries > 1:
+        warnings.warn(f"the second claim needed {tries} tries (apache/airflow#71172)", stacklevel=1)
+    assert deployment.reschedules(dag_id, first, claim) == 0
+    assert len(in_progress) > 3 and max(in_progress) == 1, in_progress
+    runs = engine.runs(code)
+    assert [(r["RUN_KEY"], r["STATUS"]) for r in runs] == [
+        (f"airflow:{dag_id}:{first}", "SUCCESS"),
+        (f"airflow:{dag_id}:{second}", "SUCCESS"),
+    ]
+    ((first_end, second_start),) = engine.rows(
+        "SELECT a.END_DATE, b.START_DATE FROM AUD_PIPELINES_RUN_LOG a, AUD_PIPELINES_RUN_LOG b "
+        "WHERE a.PIPELINE_RUN_ID = ? AND b.PIPELINE_RUN_ID = ?",
+        runs[0]["PIPELINE_RUN_ID"],
+        runs[1]["PIPELINE_RUN_ID"],
+    )
+    assert second_start >= first_end  # the second Engine run began only once the first had ended
+    for run in runs:
+        assert engine.task_runs(run["PIPELINE_RUN_ID"]) == {"HOLD": ("SUCCESS", 1, 1)}
+
+
+def test_a_cleared_dag_run_reopens_its_engine_run(deployment: AirflowDeployment) -> None:
+    engine = deployment.pg
+    code, dag_id = "DEP_CLEARED", "dep_cleared"
+    engine.add_pipeline(code, ["HOLD"])
+    deployment.write_dag(dag_id, render(HOLD_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id))
+    deployment.wait_parsed(dag_id)
+    run_id = deployment.trigger(dag_id)
+    assert deployment.wait_run(dag_id, run_id) == "success"
+    before = only_run(engine, code)
+    assert before["STATUS"] == "SUCCESS"
+    assert engine.interventions(before["PIPELINE_RUN_ID"]) == []
+
+    deployment.clear(dag_id, run_id)
+    assert deployment.wait_run(dag_id, run_id) == "success"
+    group = code.lower()
+    assert deployment.try_numbers(dag_id, run_id) == {
+        f"{group}.claim": 2,
+        f"{group}.hold": 2,
+        f"{group}.finish": 2,
+    }
+    after = only_run(engine, code)
+    assert after["PIPELINE_RUN_ID"] == before["PIPELINE_RUN_ID"] and after["RUN_KEY"] == before["RUN_KEY"]
+    assert (after["STATUS"], after["REPAIR_PENDING"]) == ("SUCCESS", "N")
+    assert after["OUTPUT_REVISION"] == before["OUTPUT_REVISION"] + 1
+    assert engine.interventions(after["PIPELINE_RUN_ID"]) == [
+        ("REOPEN", "SUCCESS", "IN-PROGRESS", "ORCHESTRATOR")
+    ]
+    assert engine.attempts(after["PIPELINE_RUN_ID"], "HOLD") == [(1, "SUCCESS"), (2, "SUCCESS")]
+    assert engine.task_runs(after["PIPELINE_RUN_ID"]) == {"HOLD": ("SUCCESS", 2, 1)}
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_worker_killed_mid_task_is_detected_and_the_task_retried(deployment: AirflowDeployment,
+                                                                    tmp_path: Path) -> None:  # fmt: skip
+    engine = deployment.pg
+    code, dag_id = "DEP_KILLED", "dep_killed"
+    pid_file = tmp_path / "victim.json"
+    engine.add_pipeline(code, ["VICTIM"])
+    source = render(KILLED_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id, pid_file=pid_file)
+    deployment.write_dag(dag_id, source)
+    deployment.wait_parsed(dag_id)
+    run_id = deployment.trigger(dag_id)
+    victim = f"{code.lower()}.victim"
+    deployment.wait_until(pid_file.exists, 120, "VICTIM's first try to start")
+    pids = json.loads(pid_file.read_text())
+    task, supervisor = psutil.Process(pids["task"]), psutil.Process(pids["supervisor"])
+    deployment.extra_procs += [task, supervisor]
+    assert task.ppid() == supervisor.pid
+    assert "LocalExecutor" in " ".join(supervisor.cmdline())  # the worker that supervises the task
+    assert deployment.task_states(dag_id, run_id)[victim] == "running"
+
+    # The whole worker dies at once: nothing is left to tell Airflow or the Engine DB what happened.
+    supervisor.send_signal(signal.SIGKILL)  # psutil: never a process that took over the pid since
+    task.send_signal(signal.SIGKILL)
+    deployment.wait_until(lambda: _gone(task) and _gone(supervisor), 30, "the killed processes to die")
+    pipeline_run_id = only_run(engine, code)["PIPELINE_RUN_ID"]
+    assert engine.attempts(pipeline_run_id, "VICTIM") == [(1, "RUNNING")]  # nobody recorded the death
+
+    assert deployment.wait_run(dag_id, run_id, timeout=HEARTBEAT_TIMEOUT + 150) == "success"
+    assert deployment.try_numbers(dag_id, run_id)[victim] == 2
+    assert deployment.meta(
+        "SELECT state FROM task_instance_history WHERE dag_id = %s AND run_id = %s AND task_id = %s AND try_number = 1",
+        dag_id,
+        run_id,
+        victim,
+    ) == [("failed",)]  # try 1, failed by the scheduler for its missing heartbeat
+    run = only_run(engine, code)
+    assert (run["PIPELINE_RUN_ID"], run["STATUS"]) == (pipeline_run_id, "SUCCESS")
+    assert engine.attempts(pipeline_run_id, "VICTIM") == [(1, "LOST"), (2, "SUCCESS")]
+    assert engine.task_runs(pipeline_run_id) == {"VICTIM": ("SUCCESS", 2, 3)}

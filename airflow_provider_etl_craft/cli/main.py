@@ -110,7 +110,7 @@ TASK_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code
                 ("ATTEMPT_COUNT", "attempt_count"), ("SOURCE", "source_count"), ("TARGET", "target_count"), ("INSERT", "insert_count"),
                 ("UPDATE", "update_count"), ("DELETE", "delete_count"), ("ROWS_WRITTEN", "rows_written"),
                 ("START_DATE", "start_date"), ("END_DATE", "end_date"), ("ERROR_MESSAGE", "error_message"))  # fmt: skip
-ATTEMPT_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code"),
+ATTEMPT_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code"), ("MAP_INDEX", "map_index"),
                    ("ATTEMPT_NUMBER", "attempt_number"), ("STATUS", "status"), ("HOST", "host"), ("PID", "pid"),
                    ("STARTED_AT", "started_at"), ("ENDED_AT", "ended_at"), ("ERROR_MESSAGE", "error_message"))  # fmt: skip
 #: Only error messages are shortened in tables (``--format json`` has them whole).

@@ -42,12 +42,13 @@ _TASK_RUNS = (
     "WHERE p.PIPELINE_CODE = ? AND tr.PIPELINE_RUN_ID BETWEEN ? AND ? ORDER BY tr.TASK_RUN_ID"
 )
 _ATTEMPTS = (
-    "SELECT a.TASK_RUN_ID, a.ATTEMPT_ID, a.ATTEMPT_NUMBER, a.STATUS, a.HOST, a.PID, a.STARTED_AT, a.ENDED_AT, "
-    "a.ERROR_MESSAGE "
+    "SELECT a.TASK_RUN_ID, a.ATTEMPT_ID, a.MAP_INDEX, a.ATTEMPT_NUMBER, a.STATUS, a.HOST, a.PID, a.STARTED_AT, "
+    "a.ENDED_AT, a.ERROR_MESSAGE "
     "FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
     "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
     "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
-    "WHERE p.PIPELINE_CODE = ? AND tr.PIPELINE_RUN_ID BETWEEN ? AND ? ORDER BY a.TASK_RUN_ID, a.ATTEMPT_NUMBER"
+    "WHERE p.PIPELINE_CODE = ? AND tr.PIPELINE_RUN_ID BETWEEN ? AND ? "
+    "ORDER BY a.TASK_RUN_ID, COALESCE(a.MAP_INDEX, -1), a.ATTEMPT_NUMBER"
 )
 
 
@@ -73,6 +74,8 @@ class PauseInfo:
 @dataclass(frozen=True)
 class AttemptInfo:
     attempt_id: int
+    #: The map index of a mapped task's instance; None for an unmapped task.
+    map_index: int | None
     attempt_number: int
     status: str
     host: str | None
@@ -233,9 +236,12 @@ class RunQueries:
         ids = [r.pipeline_run_id for r in runs]
         span = (code, min(ids), max(ids))
         attempts: dict[int, list[AttemptInfo]] = {}
-        for task_run_id, aid, number, status, host, pid, started, ended, error in self._rows(_ATTEMPTS, span):
+        for task_run_id, aid, index, number, status, host, pid, started, ended, error in self._rows(
+            _ATTEMPTS, span
+        ):
             attempts.setdefault(int(task_run_id), []).append(AttemptInfo(
-                int(aid), int(number), status, host, None if pid is None else int(pid), t(started), t(ended), error,
+                int(aid), None if index is None else int(index), int(number), status, host,
+                None if pid is None else int(pid), t(started), t(ended), error,
             ))  # fmt: skip
         tasks: dict[int, list[TaskRunInfo]] = {}
         for row in self._rows(_TASK_RUNS, span):

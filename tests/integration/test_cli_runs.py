@@ -174,8 +174,9 @@ def counts(
             "delete_count": delete, "rows_written": rows}  # fmt: skip
 
 
-def attempt(number: int, status: str, error: str | None = None, ended: bool = True) -> dict[str, Any]:
-    return {"attempt_number": number, "status": status, "host": HOST, "pid": PID, "started_at": "T",
+def attempt(number: int, status: str, error: str | None = None, ended: bool = True,
+            map_index: int | None = None) -> dict[str, Any]:  # fmt: skip
+    return {"map_index": map_index, "attempt_number": number, "status": status, "host": HOST, "pid": PID, "started_at": "T",
             "ended_at": "T" if ended else None, "error_message": error}  # fmt: skip
 
 
@@ -435,3 +436,24 @@ def test_a_secret_echoed_into_an_error_message_is_masked(make_engine: Callable[[
     load = next(t for t in json.loads(result.stdout)["run"]["task_runs"] if t["task_code"] == "LOAD")
     assert load["error_message"] == "could not connect with password=*** to the warehouse"
     assert doc["runs"][0]["pipeline_run_id"] == runs.running
+
+
+def test_status_and_history_show_the_map_index_of_a_mapped_tasks_attempts(
+    engine: EngineSetup, runs: Runs
+) -> None:
+    running = ident("r3", 3)
+    with engine.hook().lifecycle() as lc:
+        for index in (1, 0):
+            lc.finish_task(lc.start_task("SALES", "MART", running, 1, map_index=index), "SUCCESS",
+                           TaskCounts(rows_written=index + 1), map_count=2)  # fmt: skip
+    doc = cli_json(engine, "status", "--pipeline", "SALES")
+    mart = next(t for t in doc["run"]["task_runs"] if t["task_code"] == "MART")
+    assert [(a["map_index"], a["attempt_number"], a["status"]) for a in mart["attempts"]] == [
+        (0, 1, "SUCCESS"), (1, 1, "SUCCESS"),
+    ]  # fmt: skip
+    assert (mart["status"], mart["attempt_count"], mart["rows_written"]) == ("SUCCESS", 2, 3)
+    status, out, _ = cli(engine, "history", "--pipeline", "SALES", "--limit", "1")
+    assert status == 0
+    rows = [(a["TASK_CODE"], a["MAP_INDEX"], a["ATTEMPT_NUMBER"]) for a in table(out, "attempts")]
+    assert ("MART", "0", "1") in rows and ("MART", "1", "1") in rows
+    assert next(r for r in rows if r[0] == "EXTRACT")[1] in ("", "-")  # unmapped: no map index

@@ -157,3 +157,30 @@ def test_check_reports_pending_migrations(engine: EngineSetup, tmp_path: Path) -
     engine.hook().migrate(folder)
     status, out, _ = cli(engine, "check", "--migrations-dir", str(folder))
     assert "[ OK ] migrations: none pending" in out
+
+
+PIPELINE_SQL = (
+    "INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE, CREATED_BY) "
+    "VALUES ('REL', 'r', 'FULL', 't');"
+)
+
+
+def test_a_migrations_dir_typed_on_the_command_line_is_relative_to_the_working_directory(
+    make_engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    setup = make_engine("sqlite", project)
+    write_migrations(project / "migrations", {"0001_a.sql": PIPELINE_SQL})
+    monkeypatch.chdir(tmp_path)
+    out, err = io.StringIO(), io.StringIO()
+    status = main(
+        ["--config", "proj/craft-connector.yml", "migrate", "--migrations-dir", "proj/migrations"], out, err
+    )
+    assert (status, err.getvalue()) == (0, "")
+    assert "applied PROJECT 0001_a.sql" in out.getvalue()
+    assert rows(setup, "SELECT PIPELINE_CODE FROM CFG_PIPELINES") == [("REL",)]
+    # A path that does not exist from here is named as resolved against the working directory.
+    status = main(
+        ["--config", "proj/craft-connector.yml", "migrate", "--migrations-dir", "migrations"], out, err
+    )
+    assert status == 3 and f"{tmp_path / 'migrations'} does not exist" in err.getvalue()

@@ -182,7 +182,8 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
     Airflow says they failed before recording); attempts left live by a killed worker are closed LOST and
     their task runs FAILED. The run ends FAILED when a data task failed or was cancelled (an
     ``EMAIL_ALERT`` task's failure does not decide it), SKIPPED when every task was skipped, else SUCCESS;
-    ``SLA_STATUS`` is set once from ``SLA_IN_HOURS``. A FAILED run fails this task without retries, so the
+    ``SLA_STATUS`` is set once from ``SLA_IN_HOURS``. A teardown task of yours that fails decides nothing
+    unless it has ``on_failure_fail_dagrun=True``, as for the DAG run. A FAILED run fails this task without retries, so the
     DAG run shows the truth; a SKIPPED run skips it. Running it again on an ended run changes nothing.
     With ``emit_asset`` (default) the task's outlet is :func:`pipeline_asset`, so only a SUCCESS run
     (the only outcome in which this task succeeds) emits an Asset event.
@@ -216,8 +217,11 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         found, found_maps = _airflow_view.task_and_map_states(context, tasks.values(), mapped.values())
         states = airflow_states_by_code(tasks, found)
         map_states = {code: found_maps[tid] for code, tid in mapped.items()}
+        # Airflow does not fail a DAG run for a teardown task that fails, unless it says so.
+        lenient = [code for code, tid in tasks.items()
+                   if self.dag.get_task(tid).is_teardown and not self.dag.get_task(tid).on_failure_fail_dagrun]  # fmt: skip
         with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
-            outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states)
+            outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states, lenient)
         summary = f"pipeline {self.pipeline_code} run {outcome.pipeline_run_id} ended {outcome.status}"
         if outcome.already_ended:
             summary += " (already; nothing changed)"

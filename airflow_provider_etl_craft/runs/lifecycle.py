@@ -835,7 +835,8 @@ class RunLifecycle:
     # -- finish ------------------------------------------------------------------------------------------
 
     def finish_run(self, pipeline_code: str, identity: RunIdentity, airflow_states: Mapping[str, str | None],
-                   map_states: Mapping[str, Mapping[int, str | None]] | None = None) -> FinishOutcome:  # fmt: skip
+                   map_states: Mapping[str, Mapping[int, str | None]] | None = None,
+                   not_deciding: Collection[str] = ()) -> FinishOutcome:  # fmt: skip
         """End the keyed run (SPEC §9 *Finish*), under the pipeline lock, in one transaction.
 
         Finish runs once every task of the pipeline is done in Airflow (a teardown, ``all_done``), so no
@@ -845,14 +846,18 @@ class RunLifecycle:
             a code without a task-run row is recorded SKIPPED (FAILED when Airflow says it failed, SUCCESS
             with a MARK intervention when it was marked success by hand).
         :param map_states: for mapped tasks, Airflow's state of each map index, by task code.
+        :param not_deciding: task codes whose failure does not fail the run, as Airflow's own rule for the
+            DAG run says (teardown tasks without ``on_failure_fail_dagrun``), like ``EMAIL_ALERT`` tasks.
         :raises RunStateError: no run with this key.
         """
         with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn), \
                 self.engine.transaction(self.conn) as cur:  # fmt: skip
-            return self._finish_run(cur, pipeline_code, identity, airflow_states, map_states or {})
+            return self._finish_run(
+                cur, pipeline_code, identity, airflow_states, map_states or {}, frozenset(not_deciding)
+            )
 
     def _finish_run(self, cur: Any, code: str, identity: RunIdentity, airflow_states: Mapping[str, str | None],
-                    map_states: Mapping[str, Mapping[int, str | None]]) -> FinishOutcome:  # fmt: skip
+                    map_states: Mapping[str, Mapping[int, str | None]], not_deciding: frozenset[str]) -> FinishOutcome:  # fmt: skip
         row = self._exec(
             cur,
             "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION, r.SLA_STATUS, p.SLA_IN_HOURS FROM AUD_PIPELINES_RUN_LOG r "
@@ -895,7 +900,8 @@ class RunLifecycle:
                                            identity, now_db)  # fmt: skip
             statuses.append((task_code, handler, status))
         failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
-        data_failed = [c for c, handler, s in statuses if handler != ALERT_HANDLER and s in FAILING_TASK]
+        data_failed = [c for c, handler, s in statuses
+                       if handler != ALERT_HANDLER and c not in not_deciding and s in FAILING_TASK]  # fmt: skip
         if data_failed:
             final = "FAILED"
         elif all(s == "SKIPPED" for _, _, s in statuses):

@@ -44,6 +44,8 @@ MIGRATION = "".join(
         _pipeline_sql("SETUP_P", "PREPARE", "WORK", "CLEANUP"),
         _pipeline_sql("SENSOR_END_P", "NEVER_READY", "OPTIONAL"),
         _pipeline_sql("MAP_GROUP_P", "FETCH", "STORE", "COPY"),
+        _pipeline_sql("TEARDOWN_P", "PREPARE", "WORK", "CLEANUP"),
+        _pipeline_sql("NESTED_P", "INNER", "STOP"),
     )
 )
 
@@ -257,6 +259,55 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 )
 
 
+# The user's own teardown fails: Airflow does not fail the DAG run for it, and neither does the Engine run.
+TEARDOWN_FAIL_DAG = (
+    _HEADER
+    + """
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, default_args=FAST) as dag:
+    with etl_craft_pipeline("TEARDOWN_P", claim_kwargs=CLAIM):
+        @etl_craft_task
+        def prepare():
+            return 1
+
+        @etl_craft_task
+        def work():
+            return 2
+
+        @etl_craft_task
+        def cleanup():
+            raise RuntimeError("cleanup could not drop the scratch table")
+
+        setup = prepare().as_setup()
+        setup >> work() >> cleanup().as_teardown(setups=setup)
+"""
+)
+
+# A recorded task in a nested TaskGroup (its code has no group prefix), and AirflowFailException with
+# retries left: one FAILED attempt, no retry.
+NESTED_DAG = (
+    _HEADER
+    + """
+from airflow.providers.common.compat.sdk import AirflowFailException, TaskGroup
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         default_args={"retries": 2, "retry_delay": timedelta(seconds=1)}) as dag:
+    with etl_craft_pipeline("NESTED_P", claim_kwargs=CLAIM):
+        with TaskGroup("outer"), TaskGroup("inner_group"):
+            @etl_craft_task
+            def inner():
+                return 4
+
+            first = inner()
+
+        @etl_craft_task
+        def stop():
+            raise AirflowFailException("the source file is corrupt; retrying cannot help")
+
+        first >> stop()
+"""
+)
+
+
 @pytest.fixture
 def paths(engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
     return Pipeline(engine, airflow_db, tmp_path, monkeypatch, migration=MIGRATION)
@@ -431,3 +482,23 @@ def test_a_mapped_task_group_and_expand_kwargs_record_one_task_run_per_task(path
         assert [a[:3] for a in _attempts(paths, run_id, code)] == [(0, 1, "SUCCESS"), (1, 1, "SUCCESS")]
     assert _task_run(paths, run_id, "STORE")[:3] == ("SUCCESS", 2, 20)
     assert _task_run(paths, run_id, "COPY")[:3] == ("SUCCESS", 2, 3)
+
+
+def test_a_failing_teardown_of_yours_follows_airflows_rule_for_the_run(paths: Pipeline, request) -> None:
+    dag, run, run_id, status = _run(paths, request, TEARDOWN_FAIL_DAG, "teardown_fail")
+    assert run.state == "success"  # Airflow: a teardown's failure does not fail the DAG run
+    assert status == "SUCCESS"
+    assert _task_run(paths, run_id, "CLEANUP")[0] == "FAILED"
+    assert _task_run(paths, run_id, "WORK")[0] == "SUCCESS"
+
+
+def test_a_nested_task_group_task_and_airflow_fail_exception_without_retries(
+    paths: Pipeline, request
+) -> None:
+    dag, run, run_id, status = _run(paths, request, NESTED_DAG, "nested")
+    assert run.state == "failed" and status == "FAILED"
+    assert _task_run(paths, run_id, "INNER")[:3] == ("SUCCESS", 1, 4)
+    [stop] = _attempts(paths, run_id, "STOP")  # retries were left, but AirflowFailException takes none
+    assert stop[1:3] == (1, "FAILED") and stop[4].startswith(
+        "AirflowFailException: the source file is corrupt"
+    )

@@ -522,7 +522,7 @@ class RunLifecycle:
     def _adopt(self, code: str, task_code: str, identity: RunIdentity, try_number: int,
                map_index: int | None) -> AttemptHandle | None:  # fmt: skip
         """Take over this try's attempt parked QUEUED by a reschedule or deferral; None when there is none."""
-        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        owner = _owner_token()
         with self.engine.transaction(self.conn) as cur:
             row = self._exec(
                 cur,
@@ -573,7 +573,7 @@ class RunLifecycle:
                                   log_path: str | None) -> AttemptHandle | None:  # fmt: skip
         """The common case in one round trip (see ``START_ATTEMPT_ONE_STATEMENT``); None: take the full path."""
         now_db = self._now()[1]
-        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        owner = _owner_token()
         cur = self.conn.cursor()
         try:
             row = self._exec(cur, START_ATTEMPT_ONE_STATEMENT, (
@@ -666,7 +666,7 @@ class RunLifecycle:
             "ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 RETURNING TASK_RUN_ID",
             (task_id, run.pipeline_run_id, now_db),
         ).fetchone()  # fmt: skip
-        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        owner = _owner_token()
         skip = None if verdict is None or verdict.result != UNSATISFIED else f"{SKIP_NOTE}{verdict.reason}"
         (attempt_id,) = self._exec(
             cur,
@@ -1024,6 +1024,11 @@ def _unrecorded_indexes(states: Mapping[int, str | None]) -> dict[int, IndexAtte
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _owner_token() -> str:
+    """``OWNER_ID`` of an attempt this process writes: host, pid and a random part (a lease token)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
 
 def _map_key(map_index: int | None) -> int:

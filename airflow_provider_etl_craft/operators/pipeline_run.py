@@ -70,8 +70,9 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     :param lock_timeout: seconds to wait for the pipeline lock (then a retryable LOCK_TIMEOUT).
     :param check_task_codes: compare the DAG's task codes with the pipeline's active tasks.
     :param close_abandoned: close blocking runs whose Airflow DAG run has ended.
-    :param min_retries: the claim's retries are at least this many, whatever ``retries`` the DAG gives
-        (``retry_delay`` defaults to 10 s). Waiting never uses a try; a lost try only re-runs the claim.
+    :param min_retries: the claim's own retries, independent of the DAG's ``default_args`` (a ``retries=``
+        given to the claim itself may raise them; ``retry_delay`` defaults to 10 s). Waiting never uses a
+        try, and a retried claim only resumes its own run.
     """
 
     template_fields: Sequence[str] = ()

@@ -58,7 +58,7 @@ def etl_craft_pipeline(pipeline_code: str, *, group_id: str | None = None,
         finish = FinishPipelineRunOperator(task_id="finish", **common, **(finish_kwargs or {}))
         roots = [task for task in work if not any(group.has_task(up) for up in task.upstream_list)]
         lenient = [
-            f"{t.task_id} ({t.trigger_rule})"
+            f"{t.task_id} ({getattr(t.trigger_rule, 'value', t.trigger_rule)})"
             for t in roots
             if not t.is_teardown and t.trigger_rule != "all_success"
         ]

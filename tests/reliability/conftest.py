@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,18 @@ def scalar(engine: EngineSetup, sql: str, *params: Any) -> Any:
     found = rows(engine, sql, *params)
     assert len(found) == 1 and len(found[0]) == 1, found
     return found[0][0]
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.005) -> Any:
+    """Poll ``check()`` until it returns something truthy (returned); fail naming ``what`` past ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g}s: {what} (last seen: {found!r})")
+        time.sleep(interval)
 
 
 def table_counts(engine: EngineSetup) -> dict[str, int]:
@@ -142,6 +154,20 @@ class Job:
 
     def of_kind(self, kind: str) -> list[tuple[int, Any]]:
         return [(i, payload) for i, k, payload in self.messages if k == kind]
+
+    def expect(self, kind: str, count: int, timeout: float = 120.0) -> list[tuple[int, Any]]:
+        """The first ``count`` reports of ``kind``, pumped as they arrive; fail (and retire the pool) if a
+        worker of the job errs, dies or ends without sending its report, or past ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while len(self.of_kind(kind)) < count:
+            errors = [m for m in self.messages if m[1] == "ERROR"]
+            dead = [i for i in self.workers if i not in self.done and not self.pool.procs[i].is_alive()]
+            if errors or dead or self.finished or time.monotonic() > deadline:
+                self.pool.broken = True
+                raise AssertionError(f"{len(self.of_kind(kind))} of {count} {kind} reports within {timeout:.0f}s; "
+                                     f"dead workers {dead}; reports so far: {self.messages}")  # fmt: skip
+            self.pump(0.01)
+        return self.of_kind(kind)[:count]
 
 
 @dataclass

@@ -65,12 +65,17 @@ def _in_progress(hook: EngineDBHook, conn: Any, pipeline_code: str) -> list[int]
 
 
 def claim_race(hook: EngineDBHook, report: Report, *, index: int, pipeline: str, task: str, rounds: int,
-               lock_timeout: float, short_lock_timeout: float, deadline_s: float, start: Any) -> None:  # fmt: skip
+               lock_timeout: float, short_lock_timeout: float, deadline_s: float, start: Any, hold: Any,
+               hold_index: int) -> None:  # fmt: skip
     """Claim ``rounds`` runs of ``pipeline`` with keys of our own, retrying while BLOCKED or refused; run each
     one's task and finish it. Reports ``RUN`` per run, then ``TALLY`` with every claim outcome seen.
 
     Odd workers wait only ``short_lock_timeout`` for the pipeline lock, so some of their claims and finishes
-    are refused with LOCK_TIMEOUT (and retried, as Airflow would)."""
+    may be refused with LOCK_TIMEOUT (and retried, as Airflow would).
+
+    Two reports let the test force the race instead of hoping for it: ``FIRST_BLOCKED`` (the run that blocked
+    our first claim) the first time a claim comes back BLOCKED, and ``HOLDING`` (our run id) from worker
+    ``hold_index`` once its first run is created: it keeps that run IN-PROGRESS until the test sets ``hold``."""
     rng = random.Random(index)
     tally: Counter[str] = Counter()
     refusals: list[str] = []
@@ -95,6 +100,8 @@ def claim_race(hook: EngineDBHook, report: Report, *, index: int, pipeline: str,
                 tally[outcome.action] += 1
                 if outcome.action == "BLOCKED":
                     blocked += 1
+                    if tally["BLOCKED"] == 1:
+                        report("FIRST_BLOCKED", outcome.blocking and outcome.blocking.pipeline_run_id)
                     time.sleep(rng.uniform(0.002, 0.02))
                     continue
                 break
@@ -102,6 +109,10 @@ def claim_race(hook: EngineDBHook, report: Report, *, index: int, pipeline: str,
                 report("UNEXPECTED", (identity.run_key, outcome.action, outcome.pipeline_run_id))
                 continue
             live = _in_progress(hook, probe, pipeline)
+            if index == hold_index and j == 0:  # the test's watcher must see this run live: wait until it has
+                report("HOLDING", outcome.pipeline_run_id)
+                if not hold.wait(timeout=BARRIER_TIMEOUT):
+                    raise TimeoutError(f"the test never let {identity.run_key} go on")
             handle = lc.start_task(pipeline, task, identity, 1)
             lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=index * 1000 + j))
             while True:
@@ -144,35 +155,38 @@ def raw_in_progress_insert(
         conn.close()
 
 
-def lock_hammer(hook: EngineDBHook, report: Report, *, index: int, name: str, seconds: float, short_timeout: float,
-                long_timeout: float, found_leak: Any) -> None:  # fmt: skip
-    """Take and release ``name`` on one PostgreSQL connection for ``seconds`` (odd workers: ``short_timeout``).
+def lock_probe(hook: EngineDBHook, report: Report, *, index: int, name: str, timeout: float,
+               checked: Any) -> None:  # fmt: skip
+    """Wait at most ``timeout`` for lock ``name`` on a connection of our own (the test holds the lock meanwhile).
 
-    After each LockTimeoutError, look in pg_locks whether this session holds an advisory lock all the same (a
-    leak); report it, release it so the others can go on, and tell the siblings to stop.
+    Reports ``TRYING`` (our PostgreSQL backend pid; None on SQLite) just before the wait, then ``ENDED`` with
+    how it ended (``TIMEOUT`` or ``ACQUIRED``), the seconds waited, the error text and, on PostgreSQL, the
+    advisory locks our session holds afterwards (read on that same session). The connection and the process
+    stay as they are until the test, having looked from outside, sets ``checked``.
     """
+    postgres = hook.engine_profile.dialect_name == "postgresql"
     conn = hook.get_conn()
-    held = timeouts = leaks = 0
-    timeout = short_timeout if index % 2 else long_timeout
-    deadline = time.monotonic() + seconds
     try:
-        while time.monotonic() < deadline and not found_leak.is_set():
-            try:
-                with hook.lock(name, timeout=timeout, conn=conn):
-                    held += 1
-                    time.sleep(0.001)
-            except LockTimeoutError:
-                timeouts += 1
-                with conn.cursor() as cur:
-                    cur.execute("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                                "AND pid = pg_backend_pid()")  # fmt: skip
-                    if cur.fetchone()[0]:
-                        leaks += 1
-                        found_leak.set()
-                        cur.execute("SELECT pg_advisory_unlock_all()")
+        backend = hook.engine.query(conn, "SELECT pg_backend_pid()")[0][0] if postgres else None
+        report("TRYING", backend)
+        started = time.monotonic()
+        outcome, message = "ACQUIRED", ""
+        try:
+            with hook.lock(name, timeout=timeout, conn=conn):
+                pass
+        except LockTimeoutError as exc:
+            outcome, message = "TIMEOUT", str(exc)
+        waited = time.monotonic() - started
+        held = None
+        if postgres:
+            held = hook.engine.query(conn, "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                           "AND pid = pg_backend_pid()")[0][0]  # fmt: skip
+        report("ENDED", {"outcome": outcome, "waited": waited, "message": message, "held": held,
+                         "backend": backend, "pid": os.getpid()})  # fmt: skip
+        if not checked.wait(timeout=BARRIER_TIMEOUT):
+            raise TimeoutError("the test never finished its checks")
     finally:
         conn.close()
-    report("HAMMER", {"held": held, "timeouts": timeouts, "leaks": leaks, "timeout": timeout})
 
 
 # -- 2. duplicate delivery ----------------------------------------------------------------------------------
@@ -196,8 +210,13 @@ def start_same_try(hook: EngineDBHook, report: Report, *, index: int, pipeline: 
 
 def soak_writer(hook: EngineDBHook, report: Report, *, index: int, mode: str, seconds: float, start: Any,
                 shared_pipeline: str, shared_run_id: str, tasks_per_worker: int, own_pipeline: str,
-                own_tasks: list[str]) -> None:  # fmt: skip
+                own_tasks: list[str], min_opened: int, going: Any, overrun: float) -> None:  # fmt: skip
     """Write task records for ``seconds``; count every write that returned, and every exception seen.
+
+    Once it has opened ``min_opened`` attempts a writer reports ``GOING``; it stops only when ``seconds`` are
+    over and the test has set ``going`` (every writer is GOING), so each writer's first ``min_opened`` writes
+    happen while all the others are still writing, however slow the machine. Past ``seconds + overrun`` it
+    gives up (TimeoutError: some writer never got going).
 
     ``mode="tries"``: start/finish ever higher tries of our own task codes in one shared IN-PROGRESS run.
     ``mode="runs"``: claim, run and finish runs of our own pipeline (one task fails its first try each run).
@@ -234,6 +253,23 @@ def soak_writer(hook: EngineDBHook, report: Report, *, index: int, mode: str, se
         rows_written += written
         return True
 
+    def more() -> bool:
+        """Go on while the soak lasts or some writer has not got going yet (ours: report it once)."""
+        nonlocal said_going
+        if opened >= min_opened and not said_going:
+            report("GOING", opened)
+            said_going = True
+        now = time.monotonic()
+        if now < deadline:
+            return True
+        if going.is_set():
+            return False
+        if now > deadline + overrun:
+            raise TimeoutError(f"after {seconds + overrun:g}s not every writer has opened {min_opened} attempts "
+                               f"(this one: {opened}; errors: {errors[:3]})")  # fmt: skip
+        return True
+
+    said_going = False
     with hook.lifecycle(lock_timeout=60) as lc:
         start.wait(timeout=BARRIER_TIMEOUT)
         deadline = time.monotonic() + seconds
@@ -241,14 +277,14 @@ def soak_writer(hook: EngineDBHook, report: Report, *, index: int, mode: str, se
         if mode == "tries":
             shared = RunIdentity("soak_dag", shared_run_id)
             codes = [f"T{index}_{k}" for k in range(tasks_per_worker)]
-            while time.monotonic() < deadline:
+            while more():
                 try_number = n // len(codes) + 1
                 attempt(
                     lc, shared_pipeline, codes[n % len(codes)], shared, try_number, fail=try_number % 3 == 0
                 )
                 n += 1
         else:
-            while time.monotonic() < deadline:
+            while more():
                 identity = RunIdentity("soak_dag", f"own_{index}_{n}")
                 n += 1
                 try:

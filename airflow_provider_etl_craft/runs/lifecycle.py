@@ -939,7 +939,7 @@ class RunLifecycle:
             "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?) "
             "RETURNING TASK_RUN_ID",
             (now_db, "lost: the attempt was still live when the DAG run finished (its worker ended without "
-             "recording)", pipeline_run_id),
+             "recording, or the task was marked by hand while it ran)", pipeline_run_id),
         ).fetchall()  # fmt: skip
         if not lost:
             return []

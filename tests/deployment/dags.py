@@ -89,6 +89,123 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 """
 )
 
+# The execution paths of README "Every Airflow execution path", under the real scheduler and triggerer.
+_PATHS_HEADER = (
+    _HEADER
+    + """
+from airflow.providers.common.compat.sdk import BaseOperator
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
+from airflow.providers.standard.sensors.python import PythonSensor
+from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+from airflow_provider_etl_craft.operators.task_run import recorded
+
+CLAIM = {"poke_interval": 2}
+"""
+)
+
+# DEFER_COUNT defers itself to a 2 s TimeDeltaTrigger and reports its counts from the resumed method;
+# WAIT_ASYNC is the stock deferrable sensor, waiting for a moment 3 s after it first ran.
+DEFER_DAG = (
+    _PATHS_HEADER
+    + """
+class CountAfterWaiting(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=2)), method_name="done_waiting")
+
+    def done_waiting(self, context, event=None):
+        return {"rows_written": 7}
+
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         default_args={"retries": 0}) as dag:
+    with etl_craft_pipeline("__PIPELINE__", etl_craft_conn_id="__CONN_ID__", claim_kwargs=CLAIM):
+        recorded(CountAfterWaiting)(task_id="defer_count")
+        recorded(DateTimeSensorAsync)(
+            task_id="wait_async",
+            target_time="{{ (macros.datetime.utcnow() + macros.timedelta(seconds=3)).isoformat() }}",
+        )
+"""
+)
+
+# WAIT_TOO_LONG defers to a 120 s trigger with a 3 s deferral timeout: the scheduler fails it.
+DEFER_TIMEOUT_DAG = (
+    _PATHS_HEADER
+    + """
+class WaitTooLong(BaseOperator):
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=120)), method_name="done_waiting",
+                   timeout=timedelta(seconds=3))
+
+    def done_waiting(self, context, event=None):
+        return {"rows_written": 1}
+
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    with etl_craft_pipeline("__PIPELINE__", etl_craft_conn_id="__CONN_ID__", claim_kwargs=CLAIM):
+        recorded(WaitTooLong)(task_id="wait_too_long", retries=0)
+"""
+)
+
+# WAIT_FOR, a reschedule-mode sensor, says no on its first two pokes (counted in the file conf["pokes"]),
+# then yes.
+SENSOR_DAG = (
+    _PATHS_HEADER
+    + """
+def poke(dag_run=None):
+    counter = Path(dag_run.conf["pokes"])
+    pokes = (int(counter.read_text()) if counter.exists() else 0) + 1
+    counter.write_text(str(pokes))
+    return pokes > 2
+
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    with etl_craft_pipeline("__PIPELINE__", etl_craft_conn_id="__CONN_ID__", claim_kwargs=CLAIM):
+        recorded(PythonSensor)(task_id="wait_for", python_callable=poke, mode="reschedule",
+                               poke_interval=__POKE_INTERVAL__, timeout=120, retries=0)
+"""
+)
+
+# LOAD_FILE is mapped over the list an ordinary PythonOperator returns; its index 2 ("bad") always fails.
+MAPPED_DAG = (
+    _PATHS_HEADER
+    + """
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=1)}) as dag:
+    with etl_craft_pipeline("__PIPELINE__", etl_craft_conn_id="__CONN_ID__", claim_kwargs=CLAIM):
+
+        @etl_craft_task
+        def load_file(name):
+            if name == "bad":
+                raise ValueError(f"cannot read {name}")
+            return {"rows_written": len(name)}
+
+        files = PythonOperator(task_id="list_files", python_callable=lambda: ["a", "bb", "bad"])
+        load_file.expand(name=files.output)
+"""
+)
+
+# SLOW writes its pid to __MARKER__, then sleeps (bounded) until Airflow stops it; the test marks it success.
+MARKED_DAG = (
+    _PATHS_HEADER
+    + """
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    with etl_craft_pipeline("__PIPELINE__", etl_craft_conn_id="__CONN_ID__", claim_kwargs=CLAIM):
+
+        @etl_craft_task(retries=0)
+        def slow():
+            marker = Path("__MARKER__")
+            tmp = marker.with_suffix(".tmp")
+            tmp.write_text(str(os.getpid()))
+            os.replace(tmp, marker)
+            time.sleep(120)  # the test marks the task success long before
+            raise RuntimeError("SLOW was never stopped")
+
+        slow()
+"""
+)
+
 
 def render(template: str, **values: object) -> str:
     """Fill ``__NAME__`` placeholders (``dag_id`` → ``__DAG_ID__``); every placeholder must be filled."""

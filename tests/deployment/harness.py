@@ -2,10 +2,12 @@
 
 One deployment runs per pytest session (fixture ``deployment`` in ``tests/deployment/conftest.py``). It has
 its own AIRFLOW_HOME and DAGs folder under ``/tmp/etl-craft-deployment-*``, ``LocalExecutor``, and its
-metadata DB on the session's throwaway PostgreSQL cluster. Two Engine DBs are exposed to every Airflow
-process as env connections: ``etl_craft_pg`` (a PostgreSQL database on the same cluster; also
-``etl_craft_default``, which the example DAGs use) and ``etl_craft_sqlite`` (a SQLite file), plus
-``etl_craft_warehouse`` (the example pipeline's SQLite warehouse).
+metadata DB on the session's throwaway PostgreSQL cluster. Three Engine DBs are exposed to every Airflow
+process as env connections: ``etl_craft_pg`` (a PostgreSQL database on the same cluster) and
+``etl_craft_sqlite`` (a SQLite file), both initialised and migrated, and ``etl_craft_default``
+(``deployment.default``, the one the example DAGs use: another PostgreSQL database, left without tables
+so that the example init DAG finds a fresh Engine DB, with the example project's ``migrations/`` beside
+its ``craft-connector.yml``), plus ``etl_craft_warehouse`` (the example pipeline's SQLite warehouse).
 
 A test seeds its own pipeline, writes its own DAG file, triggers it through the REST API and reads the
 outcome from the metadata DB and the Engine DB; every wait is a bounded poll::
@@ -30,6 +32,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,6 +48,7 @@ import httpx
 import psutil
 import psycopg2
 
+from airflow_provider_etl_craft.example_dags import demo
 from tests.conftest import EngineSetup, pg_profile_yaml, write_config
 from tests.fixtures.fix_airflow import airflow_cli
 from tests.fixtures.fix_pg import PgCluster, PgDatabase
@@ -59,6 +63,8 @@ _STARTUP_TIMEOUT = 240.0
 _STOP_GRACE = 15.0
 _LOG_TAIL_LINES = 60
 _POLL = 0.5
+#: The example project's migrations (its CFG_ rows), laid beside etl_craft_default's craft-connector.yml.
+EXAMPLE_MIGRATIONS = Path(demo.__file__).parent / "project" / "migrations"
 
 
 class DeploymentError(AssertionError):
@@ -180,6 +186,38 @@ class Engine:
         )
         return [(int(n), str(s)) for n, s in rows]
 
+    def attempt_rows(self, pipeline_run_id: int, task_code: str) -> list[tuple[Any, ...]]:
+        """``[(MAP_INDEX, ATTEMPT_NUMBER, STATUS, ROWS_WRITTEN, ERROR_MESSAGE, TASK_LOG), …]`` of one task of one run."""
+        return self.rows(
+            "SELECT a.MAP_INDEX, a.ATTEMPT_NUMBER, a.STATUS, a.ROWS_WRITTEN, a.ERROR_MESSAGE, a.TASK_LOG "
+            "FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
+            "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID WHERE tr.PIPELINE_RUN_ID = ? AND t.TASK_CODE = ? "
+            "ORDER BY COALESCE(a.MAP_INDEX, -1), a.ATTEMPT_NUMBER",
+            pipeline_run_id,
+            task_code,
+        )
+
+    def task_run_row(self, pipeline_run_id: int, task_code: str) -> tuple[Any, ...]:
+        """``(STATUS, ATTEMPT_COUNT, ROWS_WRITTEN, ERROR_MESSAGE, TASK_LOG)`` of one task of one run."""
+        (row,) = self.rows(
+            "SELECT tr.STATUS, tr.ATTEMPT_COUNT, tr.ROWS_WRITTEN, tr.ERROR_MESSAGE, tr.TASK_LOG FROM AUD_TASK_RUN_LOG tr "
+            "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID WHERE tr.PIPELINE_RUN_ID = ? AND t.TASK_CODE = ?",
+            pipeline_run_id,
+            task_code,
+        )
+        return row
+
+    def keyed_attempts(self, run_key: str) -> list[tuple[Any, ...]]:
+        """``[(TASK_CODE, MAP_INDEX, ATTEMPT_NUMBER, STATUS, TASK_LOG), …]`` of the Engine run with this key, if any
+        yet (``airflow:<dag_id>:<run_id>``): what a test samples while the DAG run goes on."""
+        return self.rows(
+            "SELECT t.TASK_CODE, a.MAP_INDEX, a.ATTEMPT_NUMBER, a.STATUS, a.TASK_LOG FROM AUD_TASK_ATTEMPTS a "
+            "JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
+            "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID WHERE r.RUN_KEY = ? "
+            "ORDER BY a.ATTEMPT_ID",
+            run_key,
+        )
+
     def interventions(self, pipeline_run_id: int) -> list[tuple[Any, ...]]:
         """``[(ACTION, FROM_STATUS, TO_STATUS, REQUESTED_BY_KIND), …]`` recorded on one Engine run."""
         return self.rows(
@@ -239,6 +277,11 @@ class AirflowDeployment:
     def sqlite(self) -> Engine:
         return self.engines["sqlite"]
 
+    @property
+    def default(self) -> Engine:
+        """``etl_craft_default``, the example DAGs' Engine DB (no tables until a test or the init DAG makes them)."""
+        return self.engines["default"]
+
     def component_log(self, name: str) -> Path:
         return self.root / "component-logs" / f"{name}.log"
 
@@ -279,6 +322,14 @@ class AirflowDeployment:
         pg_config = write_config(
             self.root / "engine-pg", pg_profile_yaml(engine_db, secret_var=PG_SECRET_VAR)
         )
+        # etl_craft_default: a database of its own, without tables (the example init DAG creates them), and
+        # the example project's migrations beside its craft-connector.yml, as the example project lays out.
+        default_db = PgDatabase(self.cluster, self.cluster.create_database())
+        self.databases.append(default_db.name)
+        default_config = write_config(
+            self.root / "engine-default", pg_profile_yaml(default_db, secret_var=PG_SECRET_VAR)
+        )
+        shutil.copytree(EXAMPLE_MIGRATIONS, default_config.parent / "migrations")
         sqlite_text = "Engine:\n  test:\n    jdbc_url: jdbc:sqlite:engine/etl-craft.db\n    schema: main\n"
         sqlite_config = write_config(self.root / "engine-sqlite", sqlite_text)
         secret_env = {PG_SECRET_VAR: engine_db.password}
@@ -286,9 +337,12 @@ class AirflowDeployment:
         self.engines = {
             "pg": Engine(EngineSetup("postgresql", pg_config, secret_env, engine_db), "etl_craft_pg"),
             "sqlite": Engine(EngineSetup("sqlite", sqlite_config), "etl_craft_sqlite"),
+            "default": Engine(
+                EngineSetup("postgresql", default_config, secret_env, default_db), "etl_craft_default"
+            ),
         }
-        for engine in self.engines.values():
-            engine.setup.hook().migrate()  # init-db plus the packaged migrations
+        for name in ("pg", "sqlite"):
+            self.engines[name].setup.hook().migrate()  # init-db plus the packaged migrations
 
         def file_conn(config: Path) -> str:
             return json.dumps({"conn_type": "etl_craft", "extra": {"config_path": str(config)}})
@@ -320,6 +374,8 @@ class AirflowDeployment:
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+            # How often the scheduler fails deferred tasks whose trigger timed out (default 15 s).
+            "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "1",
             "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "1",
             "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
@@ -332,7 +388,7 @@ class AirflowDeployment:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
             "AIRFLOW_CONN_ETL_CRAFT_PG": file_conn(pg_config),
             "AIRFLOW_CONN_ETL_CRAFT_SQLITE": file_conn(sqlite_config),
-            "AIRFLOW_CONN_ETL_CRAFT_DEFAULT": file_conn(pg_config),
+            "AIRFLOW_CONN_ETL_CRAFT_DEFAULT": file_conn(default_config),
             "AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE": json.dumps(
                 {"conn_type": "sqlite", "host": str(self.warehouse)}
             ),
@@ -472,6 +528,20 @@ class AirflowDeployment:
         )
         return int(count)
 
+    def executor_event_race(self, dag_id: str, run_id: str, task_id: str) -> bool:
+        """Whether the scheduler failed the task instance on a late executor event (apache/airflow#71172).
+
+        A reschedule-mode sensor's poke ends ``up_for_reschedule``; if the executor's success event for that
+        poke reaches the scheduler only after the next poke was scheduled or queued, Airflow 3.3 fails the
+        task instance ("finished with state success, but the task instance's state attribute is queued").
+        """
+        who = f"<TaskInstance: {dag_id}.{task_id} {run_id} ["
+        text = self.component_log("scheduler").read_text(errors="replace")
+        return any(
+            who in line and "finished with state success, but the task instance's state attribute is" in line
+            for line in text.splitlines()
+        )
+
     # -- driving Airflow -------------------------------------------------------------------------------
 
     def write_dag(self, dag_id: str, source: str) -> Path:
@@ -531,6 +601,12 @@ class AirflowDeployment:
             return state if state in ENDED_RUN else None
 
         return str(self.wait_until(ended, timeout, f"DAG run {run_id} of {dag_id} to end", probe))
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        """Mark a task instance ``success`` / ``failed`` / ``skipped`` by hand, as the UI does (REST API v2 PATCH)."""
+        self._api(
+            "PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", {"new_state": state}
+        )
 
     def clear(self, dag_id: str, run_id: str) -> None:
         """Clear the whole DAG run (every task), as the UI's *Clear* does; returns once it is queued again."""

@@ -31,12 +31,55 @@ def only_run(engine: Engine, code: str) -> dict:
     return runs[0]
 
 
+def test_every_example_dag_has_a_deployment_test() -> None:
+    """Each example DAG is triggered (with no logical date) by a test of this module; a new one needs its own."""
+    assert sorted(p.stem for p in EXAMPLES.glob("example_*.py")) == [
+        "example_etl_craft_daily_sales",  # test_the_example_pipeline_triggered_without_and_with_a_logical_date
+        "example_etl_craft_init",  # test_the_example_init_dag_prepares_a_fresh_engine_db
+    ]
+
+
+def test_the_example_init_dag_prepares_a_fresh_engine_db(deployment: AirflowDeployment) -> None:
+    """etl_craft_default starts without tables; the init DAG creates them and applies the project's migrations
+    (beside craft-connector.yml); triggered again it changes nothing. Runs before the daily-sales test, which
+    uses the same Engine DB (and migrates it itself, so it also passes on its own)."""
+    engine = deployment.default
+    assert engine.setup.hook().test_connection()[1].endswith("no Engine tables yet: run init-db")
+    dag_id = "example_etl_craft_init"
+    deployment.write_dag(dag_id, (EXAMPLES / f"{dag_id}.py").read_text())
+    deployment.wait_parsed(dag_id)
+
+    results = []
+    for _ in range(2):
+        run_id = deployment.trigger(dag_id)
+        dag_run = deployment.dag_run(dag_id, run_id)
+        assert dag_run["logical_date"] is None and dag_run["run_type"] == "manual"
+        assert deployment.wait_run(dag_id, run_id) == "success"
+        assert deployment.task_states(dag_id, run_id) == {"init_engine_db": "success"}
+        ((value,),) = deployment.meta(
+            "SELECT value FROM xcom WHERE dag_id = %s AND run_id = %s AND task_id = 'init_engine_db' "
+            "AND key = 'return_value'",
+            dag_id,
+            run_id,
+        )
+        results.append(value if isinstance(value, dict) else json.loads(value))
+
+    first, second = results
+    assert first["created"] is True and first["applied"] == ["PROJECT 0001_example_pipeline.sql"], first
+    assert second == {"created": False, "version": first["version"], "applied": []}
+    assert engine.setup.hook().test_connection()[1].endswith("the Engine tables exist")
+    assert engine.rows(
+        "SELECT t.TASK_CODE FROM CFG_TASKS t JOIN CFG_PIPELINES p ON p.PIPELINE_ID = t.PIPELINE_ID "
+        "WHERE p.PIPELINE_CODE = 'DAILY_SALES' ORDER BY t.TASK_CODE"
+    ) == [("BUILD_SALES_MART",), ("EXTRACT_ORDERS",), ("LOAD_ORDERS",), ("NOTIFY_FAILURE",)]
+
+
 def test_the_example_pipeline_triggered_without_and_with_a_logical_date(
     deployment: AirflowDeployment,
 ) -> None:
     """The ordinary trigger of Airflow 3 gives the DAG run no logical date: the run's date is then run_after."""
-    engine = deployment.pg  # etl_craft_default, which the example DAGs use, is this Engine DB
-    engine.setup.hook().migrate(EXAMPLES / "project" / "migrations")  # DAILY_SALES and its tasks
+    engine = deployment.default  # etl_craft_default, which the example DAGs use
+    engine.setup.hook().migrate(EXAMPLES / "project" / "migrations")  # DAILY_SALES and its tasks (if not yet)
     dag_id = "example_etl_craft_daily_sales"
     deployment.write_dag(dag_id, (EXAMPLES / f"{dag_id}.py").read_text())
     deployment.wait_parsed(dag_id)
@@ -60,7 +103,7 @@ def test_the_example_pipeline_triggered_without_and_with_a_logical_date(
 
 def check_example_run(deployment: AirflowDeployment, dag_id: str, run_id: str, run_date: datetime) -> None:
     """One successful DAG run of the example pipeline: its Airflow tasks, Engine rows and warehouse rows."""
-    engine = deployment.pg
+    engine = deployment.default
     assert deployment.task_states(dag_id, run_id) == {
         "daily_sales.claim": "success",
         "daily_sales.extract_orders": "success",

@@ -148,7 +148,12 @@ def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_INLINE", json.dumps(conn))
     hook = EngineDBHook(etl_craft_conn_id="etl_craft_inline")
     assert hook.init_db().created
-    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM SCHEMA_MIGRATIONS").fetchone() == (1,)
+    ledger = (
+        sqlite3.connect(db)
+        .execute("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY VERSION")
+        .fetchall()
+    )
+    assert ledger == [("ENGINE", "0001_schema"), ("ENGINE", "0002_map_index.sql")]
 
 
 @pytest.mark.postgres

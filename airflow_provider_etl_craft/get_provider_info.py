@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_etl_craft import __version__
+from airflow_provider_etl_craft.settings import provider_config
 
 #: The connection form: extras shown as fields (stored in the connection's extra JSON).
 CONN_FIELDS: dict[str, dict[str, Any]] = {
@@ -92,4 +93,5 @@ def get_provider_info() -> dict[str, Any]:
                 "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
             }
         ],
+        "config": provider_config(),
     }

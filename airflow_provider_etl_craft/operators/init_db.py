@@ -11,6 +11,7 @@ from airflow.providers.common.compat.sdk import BaseOperator
 from airflow_provider_etl_craft.engine.schema import DEFAULT_LOCK_TIMEOUT
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
+from airflow_provider_etl_craft.settings import setting
 
 
 class EngineInitDbOperator(BaseOperator):
@@ -35,7 +36,7 @@ class EngineInitDbOperator(BaseOperator):
     def __init__(
         self,
         *,
-        etl_craft_conn_id: str = EngineDBHook.default_conn_name,
+        etl_craft_conn_id: str | None = None,
         profile: str | None = None,
         apply_migrations: bool = False,
         migrations_dir: str | None = None,
@@ -43,7 +44,7 @@ class EngineInitDbOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.etl_craft_conn_id = etl_craft_conn_id
+        self.etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
         self.profile = profile
         self.apply_migrations = apply_migrations
         self.migrations_dir = migrations_dir

@@ -21,25 +21,24 @@ from airflow_provider_etl_craft.operators import _airflow_view
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
-from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT, RunLifecycle, RunRow
+from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle, RunRow
+from airflow_provider_etl_craft.settings import setting
 
-#: How long a claim waits for another run of its pipeline before it fails (overridable per operator).
-DEFAULT_CLAIM_TIMEOUT = timedelta(hours=6)
-DEFAULT_POKE_INTERVAL = timedelta(seconds=60)
 #: Retries a claim has at least, whatever the DAG's: a claim's retry is idempotent (it resumes its own run),
 #: and Airflow can fail a sensor that is up for reschedule on a late executor event (apache/airflow#71172).
 DEFAULT_CLAIM_MIN_RETRIES = 3
 DEFAULT_CLAIM_RETRY_DELAY = timedelta(seconds=10)
 
 
-def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name) -> Asset:
+def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str | None = None) -> Asset:
     """The Airflow Asset a SUCCESS run of ``pipeline_code`` updates: ``etl-craft://<conn id>/<PIPELINE_CODE>``.
 
     Schedule a downstream pipeline DAG on it (``schedule=[pipeline_asset("DAILY_SALES")]``); the Engine
     gate still judges the dependency when that DAG run claims. The connection id names the Engine DB (its
     schema is only known once connected, and DAG files must not connect at parse time).
     """
-    return Asset(f"etl-craft://{etl_craft_conn_id}/{check_code('pipeline_code', pipeline_code)}")
+    conn_id = etl_craft_conn_id or setting("default_conn_id")
+    return Asset(f"etl-craft://{conn_id}/{check_code('pipeline_code', pipeline_code)}")
 
 
 class _PipelineOperatorMixin:
@@ -80,19 +79,20 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     #: Marks the claim task, which recorded tasks ask about when their run was skipped at claim.
     etl_craft_claims_pipeline = True
 
-    def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name,
-                 profile: str | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, check_task_codes: bool = True,
-                 close_abandoned: bool = True, mode: str = "reschedule",
-                 poke_interval: timedelta | float = DEFAULT_POKE_INTERVAL,
-                 timeout: timedelta | float = DEFAULT_CLAIM_TIMEOUT, min_retries: int = DEFAULT_CLAIM_MIN_RETRIES,
+    def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str | None = None, profile: str | None = None,
+                 lock_timeout: float | None = None, check_task_codes: bool = True, close_abandoned: bool = True,
+                 mode: str | None = None, poke_interval: timedelta | float | None = None,
+                 timeout: timedelta | float | None = None, min_retries: int = DEFAULT_CLAIM_MIN_RETRIES,
                  **kwargs: Any) -> None:  # fmt: skip
         kwargs["retries"] = max(int(kwargs.get("retries") or 0), min_retries)
         kwargs.setdefault("retry_delay", DEFAULT_CLAIM_RETRY_DELAY)
-        super().__init__(mode=mode, poke_interval=poke_interval, timeout=timeout, **kwargs)
+        super().__init__(mode=mode or setting("wait_mode"),
+                         poke_interval=setting("claim_poke_interval") if poke_interval is None else poke_interval,
+                         timeout=setting("claim_timeout") if timeout is None else timeout, **kwargs)  # fmt: skip
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
-        self.etl_craft_conn_id = etl_craft_conn_id
+        self.etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
         self.profile = profile
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = setting("lock_timeout") if lock_timeout is None else lock_timeout
         self.check_task_codes = check_task_codes
         self.close_abandoned = close_abandoned
         self._blocking: RunRow | None = None
@@ -194,9 +194,10 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
 
     ui_color = "#fdf1d6"
 
-    def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str = EngineDBHook.default_conn_name,
-                 profile: str | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 trigger_rule: str = "all_done", emit_asset: bool = True, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str | None = None, profile: str | None = None,
+                 lock_timeout: float | None = None, trigger_rule: str = "all_done", emit_asset: bool = True,
+                 **kwargs: Any) -> None:  # fmt: skip
+        etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
         if emit_asset:
             kwargs["outlets"] = [
                 *(kwargs.get("outlets") or []),
@@ -206,7 +207,7 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
         self.etl_craft_conn_id = etl_craft_conn_id
         self.profile = profile
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = setting("lock_timeout") if lock_timeout is None else lock_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
         identity = RunIdentity.from_context(context)

@@ -28,13 +28,11 @@ from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
-from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT, AttemptHandle
+from airflow_provider_etl_craft.runs.lifecycle import AttemptHandle
+from airflow_provider_etl_craft.settings import setting
 
 OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
 CountsFunc = Callable[[Any], Any]
-#: How long a task waits for an IN-PROGRESS upstream (or a pause) before it fails, and how often it looks.
-DEFAULT_GATE_TIMEOUT = timedelta(hours=6)
-DEFAULT_GATE_POKE_INTERVAL = timedelta(seconds=60)
 
 
 class RecordedTaskMixin:
@@ -64,9 +62,9 @@ class RecordedTaskMixin:
     def __init__(self, *, pipeline_code: str | None = None, task_code: str | None = None,
                  etl_craft_conn_id: str | None = None, etl_craft_profile: str | None = None,
                  counts: CountsFunc | None = None,
-                 etl_craft_lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 etl_craft_gate_timeout: timedelta | float = DEFAULT_GATE_TIMEOUT,
-                 etl_craft_gate_poke_interval: timedelta | float = DEFAULT_GATE_POKE_INTERVAL,
+                 etl_craft_lock_timeout: float | None = None,
+                 etl_craft_gate_timeout: timedelta | float | None = None,
+                 etl_craft_gate_poke_interval: timedelta | float | None = None,
                  **kwargs: Any) -> None:  # fmt: skip
         raw_task_id = kwargs.get("task_id")
         code = (
@@ -83,14 +81,22 @@ class RecordedTaskMixin:
         self.etl_craft_conn_id = etl_craft_conn_id
         self.etl_craft_profile = etl_craft_profile
         self.etl_craft_counts = counts
-        self.etl_craft_lock_timeout = etl_craft_lock_timeout
-        self.etl_craft_gate_timeout = _seconds(etl_craft_gate_timeout)
-        self.etl_craft_gate_poke_interval = _seconds(etl_craft_gate_poke_interval)
+        self.etl_craft_lock_timeout = (
+            setting("lock_timeout") if etl_craft_lock_timeout is None else etl_craft_lock_timeout
+        )
+        self.etl_craft_gate_timeout = _seconds(
+            setting("gate_timeout") if etl_craft_gate_timeout is None else etl_craft_gate_timeout
+        )
+        self.etl_craft_gate_poke_interval = _seconds(
+            setting("gate_poke_interval")
+            if etl_craft_gate_poke_interval is None
+            else etl_craft_gate_poke_interval
+        )
         self._etl_craft_attempt: AttemptHandle | None = None
         self._etl_craft_killed = False
 
     def _etl_craft_hook(self) -> EngineDBHook:
-        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id or EngineDBHook.default_conn_name,
+        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id or setting("default_conn_id"),
                             profile=self.etl_craft_profile)  # fmt: skip
 
     def execute(self, context: Any) -> Any:

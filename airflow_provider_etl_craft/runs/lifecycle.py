@@ -34,9 +34,10 @@ from airflow_provider_etl_craft.runs.gates import (
 )
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.mapped import AIRFLOW_FAILED, IndexAttempt, settle
+from airflow_provider_etl_craft.settings import OPTIONS
 
-#: Seconds to wait for the ``pipeline:<code>`` lock before a retryable LOCK_TIMEOUT.
-DEFAULT_LOCK_TIMEOUT = 60.0
+#: Seconds to wait for the ``pipeline:<code>`` lock before a retryable LOCK_TIMEOUT (``[etl_craft] lock_timeout``).
+DEFAULT_LOCK_TIMEOUT = float(OPTIONS["lock_timeout"].default)
 LIVE_ATTEMPT = ("QUEUED", "CLAIMED", "RUNNING")
 #: Task-run statuses that make a run FAILED when held by a data task (not an EMAIL_ALERT one).
 FAILING_TASK = ("FAILED", "CANCELLED")

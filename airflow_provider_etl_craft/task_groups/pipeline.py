@@ -8,18 +8,18 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import TaskGroup
 
-from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators.pipeline_run import (
     ClaimPipelineRunOperator,
     FinishPipelineRunOperator,
 )
 from airflow_provider_etl_craft.operators.task_run import recorded_task
 from airflow_provider_etl_craft.runs.identity import check_code
+from airflow_provider_etl_craft.settings import setting
 
 
 @contextmanager
 def etl_craft_pipeline(pipeline_code: str, *, group_id: str | None = None,
-                       etl_craft_conn_id: str = EngineDBHook.default_conn_name, profile: str | None = None,
+                       etl_craft_conn_id: str | None = None, profile: str | None = None,
                        claim_kwargs: dict[str, Any] | None = None, finish_kwargs: dict[str, Any] | None = None,
                        **group_kwargs: Any) -> Iterator[TaskGroup]:  # fmt: skip
     """A TaskGroup ``claim → your tasks → finish`` for one etl-craft pipeline; you write only the work::
@@ -43,6 +43,7 @@ def etl_craft_pipeline(pipeline_code: str, *, group_id: str | None = None,
     operators (for example ``{"poke_interval": 30, "timeout": 3600}``).
     """
     check_code("pipeline_code", pipeline_code)
+    etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
     with TaskGroup(group_id or pipeline_code.lower(), **group_kwargs) as group:
         yield group
         work = list(group.iter_tasks())

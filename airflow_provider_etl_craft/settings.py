@@ -1,0 +1,86 @@
+"""The provider's ``[etl_craft]`` Airflow configuration: each option declared once, read with its default.
+
+A deployment sets them once (``airflow.cfg``, or ``AIRFLOW__ETL_CRAFT__<OPTION>`` as managed services'
+configuration overrides do); an operator argument still wins. The provider info's ``config`` section, and
+so ``airflow config list``, is built from :data:`OPTIONS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SECTION = "etl_craft"
+VERSION_ADDED = "0.2.0"
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    type: str  # "string", "integer" or "float": what the provider info declares
+    default: str
+    description: str
+
+    def convert(self, raw: str) -> Any:
+        return {"integer": int, "float": float}.get(self.type, str)(raw)
+
+
+OPTIONS: dict[str, Option] = {
+    option.name: option
+    for option in (
+        Option("default_conn_id", "string", "etl_craft_default",
+               "Airflow connection of the Engine DB that operators, hooks and etl_craft_pipeline use when none "
+               "is named."),
+        Option("lock_timeout", "float", "60",
+               "Seconds a claim, a finish or a reopening task waits for its pipeline:<code> lock before a "
+               "retryable LOCK_TIMEOUT."),
+        Option("claim_poke_interval", "float", "60",
+               "Seconds between two looks of a claim waiting for another run of its pipeline (or an "
+               "upstream pipeline) to end."),
+        Option("claim_timeout", "float", "21600",
+               "Seconds a claim may wait before it fails naming the run it waited for."),
+        Option("wait_mode", "string", "reschedule",
+               "How a claim waits: reschedule (no worker slot held between looks) or poke (keeps its slot)."),
+        Option("gate_poke_interval", "float", "60",
+               "Seconds between two looks of a recorded task waiting for an IN-PROGRESS upstream or a pause."),
+        Option("gate_timeout", "float", "21600",
+               "Seconds a recorded task may wait for an upstream or a pause before it fails."),
+    )
+}  # fmt: skip
+
+
+def setting(name: str) -> Any:
+    """The value of ``[etl_craft] <name>``: Airflow's configuration, else the declared default.
+
+    Read where an operator is built (at DAG parse), so it costs no I/O: Airflow's configuration is in memory.
+    """
+    option = OPTIONS[name]
+    from airflow.providers.common.compat.sdk import conf
+
+    raw = conf.get(SECTION, name, fallback=option.default)
+    try:
+        return option.convert(raw)
+    except ValueError:
+        raise ValueError(
+            f"[{SECTION}] {name} = {raw!r} is not a valid {option.type} (AIRFLOW__{SECTION.upper()}__{name.upper()}); "
+            f"the default is {option.default}"
+        ) from None
+
+
+def provider_config() -> dict[str, Any]:
+    """The provider info's ``config`` section."""
+    return {
+        SECTION: {
+            "description": "Defaults of the etl-craft provider's operators; an operator argument wins.",
+            "options": {
+                o.name: {
+                    "description": o.description,
+                    "version_added": VERSION_ADDED,
+                    "type": o.type,
+                    "example": None,
+                    "default": o.default,
+                }
+                for o in OPTIONS.values()
+            },  # fmt: skip
+        }
+    }

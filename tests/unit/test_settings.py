@@ -1,0 +1,89 @@
+"""The ``[etl_craft]`` Airflow configuration: declared once, shown by ``airflow config list``, overridable by
+``AIRFLOW__ETL_CRAFT__…``, and always beaten by an operator argument."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import datetime
+
+import pytest
+from airflow.providers.common.compat.sdk import DAG
+
+from airflow_provider_etl_craft.decorators import etl_craft_task
+from airflow_provider_etl_craft.get_provider_info import get_provider_info
+from airflow_provider_etl_craft.operators.pipeline_run import (
+    ClaimPipelineRunOperator,
+    FinishPipelineRunOperator,
+)
+from airflow_provider_etl_craft.settings import OPTIONS, setting
+from airflow_provider_etl_craft.task_groups import etl_craft_pipeline
+from tests.fixtures.fix_airflow import airflow_cli
+
+
+def test_the_provider_info_declares_every_option_with_its_default() -> None:
+    options = get_provider_info()["config"]["etl_craft"]["options"]
+    assert {name: o["default"] for name, o in options.items()} == {n: o.default for n, o in OPTIONS.items()}
+    assert all(o["description"] and o["type"] in ("string", "integer", "float") for o in options.values())
+
+
+def test_defaults_apply_when_nothing_is_configured() -> None:
+    claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="SALES")
+    assert (claim.poke_interval, claim.timeout, claim.mode, claim.lock_timeout, claim.etl_craft_conn_id) == (
+        60.0, 21600.0, "reschedule", 60.0, "etl_craft_default",
+    )  # fmt: skip
+
+
+def test_airflow_configuration_overrides_the_defaults_and_operator_arguments_win(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in {"DEFAULT_CONN_ID": "engine_prod", "CLAIM_POKE_INTERVAL": "5", "WAIT_MODE": "poke",
+                        "LOCK_TIMEOUT": "12.5", "GATE_TIMEOUT": "30", "GATE_POKE_INTERVAL": "2"}.items():  # fmt: skip
+        monkeypatch.setenv(f"AIRFLOW__ETL_CRAFT__{name}", value)
+    claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="SALES")
+    assert (claim.poke_interval, claim.mode, claim.lock_timeout, claim.etl_craft_conn_id) == (
+        5.0, "poke", 12.5, "engine_prod",
+    )  # fmt: skip
+    finish = FinishPipelineRunOperator(task_id="finish", pipeline_code="SALES", lock_timeout=3)
+    assert (finish.etl_craft_conn_id, finish.lock_timeout) == ("engine_prod", 3)
+    assert [o.uri for o in finish.outlets] == ["etl-craft://engine_prod/SALES"]
+    with (
+        DAG("configured", schedule=None, start_date=datetime(2026, 1, 1)) as dag,
+        etl_craft_pipeline("SALES"),
+    ):
+
+        @etl_craft_task(etl_craft_gate_poke_interval=7)
+        def load():
+            return 1
+
+        load()
+    task = dag.get_task("sales.load")
+    assert (task.etl_craft_conn_id, task.etl_craft_gate_timeout, task.etl_craft_gate_poke_interval) == (
+        "engine_prod", 30.0, 7.0,
+    )  # fmt: skip
+    assert dag.get_task("sales.claim").etl_craft_conn_id == "engine_prod"
+
+
+def test_a_value_of_the_wrong_type_names_the_option_and_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__ETL_CRAFT__CLAIM_TIMEOUT", "six hours")
+    with pytest.raises(ValueError, match=r"\[etl_craft\] claim_timeout = 'six hours' is not a valid float "
+                                         r"\(AIRFLOW__ETL_CRAFT__CLAIM_TIMEOUT\)"):  # fmt: skip
+        setting("claim_timeout")
+
+
+def test_airflow_config_list_shows_the_section_with_an_override() -> None:
+    env = {**os.environ, "AIRFLOW__ETL_CRAFT__GATE_TIMEOUT": "99"}
+    done = subprocess.run([*airflow_cli(), "config", "list", "--section", "etl_craft", "--show-values",
+                           "--include-descriptions"], env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[etl_craft]" in done.stdout and "gate_timeout = 99" in done.stdout
+    assert "claim_poke_interval = 60" in done.stdout and "Seconds a claim may wait" in done.stdout
+
+
+def test_the_readme_table_lists_every_option_as_declared() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    for option in OPTIONS.values():
+        row = f"| `{option.name}` | {option.type} | `{option.default}` | {option.description} |"
+        assert row in readme, row

@@ -80,6 +80,14 @@ START_ATTEMPT_ONE_STATEMENT = (
     "SELECT TASK_RUN_ID, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM tr "
     "RETURNING ATTEMPT_ID, TASK_RUN_ID, (SELECT PIPELINE_RUN_ID FROM tr)"
 )  # fmt: skip
+#: The attempt ``a`` of one try of a task (and map index) in the keyed run, found by pipeline code, task
+#: code, run key, attempt number and ``COALESCE(MAP_INDEX, -1)`` (in that order of parameters).
+ATTEMPT_OF_KEYED_TRY = (
+    "FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
+    "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
+    "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? "
+    "AND r.RUN_KEY = ? AND a.ATTEMPT_NUMBER = ? AND COALESCE(a.MAP_INDEX, -1) = ? "
+)
 #: End an attempt and copy it to its task run in one statement (no consumption to write).
 FINISH_ATTEMPT_ONE_STATEMENT = (
     "WITH a AS (UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
@@ -527,12 +535,8 @@ class RunLifecycle:
         with self.engine.transaction(self.conn) as cur:
             row = self._exec(
                 cur,
-                "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, tr.PIPELINE_RUN_ID FROM AUD_TASK_ATTEMPTS a "
-                "JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
-                "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
-                "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? "
-                "AND r.RUN_KEY = ? AND r.STATUS = 'IN-PROGRESS' AND a.ATTEMPT_NUMBER = ? AND COALESCE(a.MAP_INDEX, -1) = ? "
-                "AND a.STATUS = 'QUEUED' FOR UPDATE",
+                "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, tr.PIPELINE_RUN_ID " + ATTEMPT_OF_KEYED_TRY
+                + "AND r.STATUS = 'IN-PROGRESS' AND a.STATUS = 'QUEUED' FOR UPDATE",
                 (code, task_code, identity.run_key, try_number, _map_key(map_index)),
             ).fetchone()  # fmt: skip
             if row is None:
@@ -594,16 +598,11 @@ class RunLifecycle:
         with self.engine.transaction(self.conn) as cur:
             row = self._exec(
                 cur,
-                "SELECT a.STATUS, (SELECT MAX(m.ATTEMPT_NUMBER) FROM AUD_TASK_ATTEMPTS m WHERE m.TASK_RUN_ID = "
+                "SELECT a.STATUS, (SELECT MAX(m.ATTEMPT_NUMBER) FROM AUD_TASK_ATTEMPTS m WHERE m.TASK_RUN_ID = "  # noqa: S608 - constant SQL
                 "a.TASK_RUN_ID AND COALESCE(m.MAP_INDEX, -1) = COALESCE(a.MAP_INDEX, -1)), (SELECT COUNT(*) FROM "
                 "AUD_TASK_ATTEMPTS l WHERE l.TASK_RUN_ID = a.TASK_RUN_ID AND COALESCE(l.MAP_INDEX, -1) = "
-                "COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) FROM AUD_TASK_ATTEMPTS a "
-                "JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
-                "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID "
-                "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
-                "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
-                "WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? AND r.RUN_KEY = ? AND a.ATTEMPT_NUMBER = ? "
-                "AND COALESCE(a.MAP_INDEX, -1) = ?",
+                "COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) "
+                + ATTEMPT_OF_KEYED_TRY,
                 (code, task_code, identity.run_key, attempt_number, _map_key(map_index)),
             ).fetchone()
         return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)

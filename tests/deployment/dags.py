@@ -129,6 +129,26 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 """
 )
 
+# PARKED defers for conf["wait"] seconds (default 2); two DAG runs of the pipeline may run at once.
+DEFER_HELD_DAG = (
+    _PATHS_HEADER
+    + """
+class DeferFor(BaseOperator):
+    def execute(self, context):
+        wait = (context["dag_run"].conf or {}).get("wait", 2)
+        self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=wait)), method_name="done_waiting")
+
+    def done_waiting(self, context, event=None):
+        return {"rows_written": 1}
+
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=2,
+         default_args={"retries": 0}) as dag:
+    with etl_craft_pipeline("__PIPELINE__", etl_craft_conn_id="__CONN_ID__", claim_kwargs=CLAIM):
+        recorded(DeferFor)(task_id="parked")
+"""
+)
+
 # WAIT_TOO_LONG defers to a 120 s trigger with a 3 s deferral timeout: the scheduler fails it.
 DEFER_TIMEOUT_DAG = (
     _PATHS_HEADER

@@ -16,6 +16,7 @@ import pytest
 
 from tests.deployment.dags import (
     DEFER_DAG,
+    DEFER_HELD_DAG,
     DEFER_TIMEOUT_DAG,
     MAPPED_DAG,
     MARKED_DAG,
@@ -269,3 +270,34 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_deferred_attempt_is_never_closed_by_another_runs_claim(deployment: AirflowDeployment) -> None:
+    """While run 1's task is deferred (its attempt parked QUEUED), run 2's claim waits for it: Airflow still
+    has the task, so the claim's abandonment check leaves run 1 alone, and nothing is closed LOST."""
+    code, dag_id = "DEP_DEFER_HELD", "dep_defer_held"
+    engine, group = deployment.pg, code.lower()
+    engine.add_pipeline(code, ["PARKED"])
+    deployment.write_dag(dag_id, render(DEFER_HELD_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id))
+    deployment.wait_parsed(dag_id)
+    first = deployment.trigger(dag_id, conf={"wait": 45})
+    sample = Sampler(deployment, dag_id, first, code)
+    deployment.wait_until(lambda: ("deferred", "QUEUED") in sample.states("PARKED"), 60,
+                          "run 1's task to be deferred with its attempt parked", sample)  # fmt: skip
+    second = deployment.trigger(dag_id)
+    deployment.wait_until(lambda: deployment.reschedules(dag_id, second, f"{group}.claim") >= 1, 40,
+                          "run 2's claim to wait for run 1", sample)  # fmt: skip
+    # Run 2's claim has looked at run 1 and left it: still deferred, still parked, nothing closed.
+    assert deployment.task_states(dag_id, first)[f"{group}.parked"] == "deferred"
+    assert [r["STATUS"] for r in engine.runs(code)] == ["IN-PROGRESS"]
+    assert engine.attempts(engine.runs(code)[0]["PIPELINE_RUN_ID"], "PARKED") == [(1, "QUEUED")]
+    assert deployment.wait_run(dag_id, first, timeout=180, probe=sample) == "success"
+    assert deployment.wait_run(dag_id, second, timeout=180) == "success"
+    runs = engine.runs(code)
+    assert [(r["RUN_KEY"], r["STATUS"]) for r in runs] == [
+        (f"airflow:{dag_id}:{first}", "SUCCESS"),
+        (f"airflow:{dag_id}:{second}", "SUCCESS"),
+    ]
+    for run in runs:
+        assert engine.attempts(run["PIPELINE_RUN_ID"], "PARKED") == [(1, "SUCCESS")]
+        assert engine.interventions(run["PIPELINE_RUN_ID"]) == []  # no CANCEL: nothing was abandoned

@@ -11,23 +11,46 @@ def mask_secret(value: str) -> None:
     """Register ``value`` with Airflow's secret masker so logs and rendered fields show ``***``."""
     if not value:
         return
-    from airflow.providers.common.compat.sdk import mask_secret as _mask
-
-    _mask(value)
+    _masking("mask_secret")(value)
 
 
 def redact(value: Any) -> Any:
     """Apply Airflow's masker to ``value`` (used by tests and by the CLI before printing)."""
-    from airflow.providers.common.compat.sdk import redact as _redact
+    return _masking("redact")(value)
 
-    return _redact(value)
+
+#: Where the masker's functions are: common-compat's table from 1.22, else the Task SDK's own modules.
+_MASKER_MODULES = (
+    "airflow.providers.common.compat.sdk",
+    "airflow.sdk.log",
+    "airflow.sdk.execution_time.secrets_masker",
+)
+
+
+@cache
+def _masking(name: str) -> Any:
+    for module in _MASKER_MODULES:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError(f"this Airflow has no secret masker function {name}")
 
 
 def get_variable(name: str) -> str | None:
-    """Look ``name`` up through Airflow Variables (so any configured secrets backend serves it)."""
+    """Look ``name`` up through Airflow Variables (so any configured secrets backend serves it).
+
+    Outside a task (the CLI, DAG parsing) Airflow 3.0's Task SDK Variable needs a task supervisor; there
+    the core model, which asks the same secrets backends, answers instead.
+    """
     from airflow.providers.common.compat.sdk import Variable
 
-    value = Variable.get(name, default=None)
+    try:
+        value = Variable.get(name, default=None)
+    except ImportError:
+        from airflow.models.variable import Variable as CoreVariable
+
+        value = CoreVariable.get(name, default_var=None)
     return None if value is None else str(value)
 
 

@@ -31,6 +31,16 @@ def test_connection_type_points_at_the_hook_and_declares_its_form() -> None:
     assert conn_type["ui-field-behaviour"]["relabeling"]["schema"] == "Database"
 
 
+def json_array(stdout: str) -> list[dict]:
+    """The JSON array a CLI command printed; Airflow 3.0 may print log lines (``[2026-…] {…} INFO``) first."""
+    decoder = json.JSONDecoder()
+    for line in stdout.splitlines():
+        if line.startswith("[{") or line.strip() == "[]":
+            rows, _ = decoder.raw_decode(stdout[stdout.index(line) :])
+            return rows
+    raise AssertionError(f"no JSON array in the output: {stdout[-2000:]}")
+
+
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
@@ -44,7 +54,7 @@ def test_airflow_cli_discovers_the_provider(command: list[str], expected: str) -
         [*airflow_cli(), *command], capture_output=True, text=True, env=os.environ.copy(), timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = json.loads(done.stdout[done.stdout.index("[") :])
+    rows = json_array(done.stdout)
     assert any(expected in json.dumps(row) for row in rows), done.stdout[-2000:]
     if "hooks" in command:
         (row,) = [r for r in rows if r.get("connection_type") == "etl_craft"]

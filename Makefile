@@ -1,11 +1,22 @@
 # Every target sets itself up from a fresh clone: the venv and pinned installs come first.
+#   make test                 lint + the whole suite on the newest Airflow line (3.3)
+#   make test AIRFLOW=3.0     the same on another supported line (its own venv and constraints)
+#   make smoke AIRFLOW=3.1    the smoke set CI runs on each non-default line
+#   make check-constraints    Python 3.12 sets resolve; the provider installs into every managed image set
 PYTHON ?= python3
-VENV := .venv
-BIN := $(VENV)/bin
+AIRFLOW_LINES := 3.0 3.1 3.2 3.3
+NEWEST := 3.3
+AIRFLOW ?= $(NEWEST)
+ifeq ($(filter $(AIRFLOW),$(AIRFLOW_LINES)),)
+$(error AIRFLOW=$(AIRFLOW) is not a supported line; use one of: $(AIRFLOW_LINES))
+endif
 PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-CONSTRAINTS := constraints/constraints-py$(PYVER).txt
+CONSTRAINTS := constraints/constraints-airflow-$(AIRFLOW)-py$(PYVER).txt
+# One venv per constraints set, reused by every target on that line: .venv for the newest line.
+VENV := $(if $(filter $(NEWEST),$(AIRFLOW)),.venv,.venv-airflow-$(AIRFLOW))
+BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test smoke lint bench check-constraints clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +30,8 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
-constraints/constraints-py%.txt:
-	@echo "error: no pinned constraints for Python $*; run with Python 3.11 (make PYTHON=python3.11 ...)" >&2; exit 2
+$(CONSTRAINTS):
+	@echo "error: no pinned constraints for Airflow $(AIRFLOW) on Python $(PYVER) ($@); supported: Python 3.11 and 3.12" >&2; exit 2
 
 demo: $(VENV)/.installed
 	$(BIN)/python -m airflow_provider_etl_craft.example_dags.demo
@@ -28,14 +39,20 @@ demo: $(VENV)/.installed
 test: lint
 	$(BIN)/python -m pytest -q
 
+smoke: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q -m smoke
+
 # Bookkeeping cost, contention and Airflow overhead; prints a table, writes bench/results.json.
 # Extra options: make bench BENCH_ARGS="--quick" (see python -m bench --help).
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check airflow_provider_etl_craft tests bench
-	$(BIN)/ruff format --check airflow_provider_etl_craft tests bench
+	$(BIN)/ruff check airflow_provider_etl_craft tests bench tools
+	$(BIN)/ruff format --check airflow_provider_etl_craft tests bench tools
+
+check-constraints: $(VENV)/.installed-dev
+	$(BIN)/python tools/constraints.py check
 
 clean:
-	rm -rf $(VENV) .demo build dist *.egg-info
+	rm -rf .venv .venv-airflow-* .demo build dist *.egg-info

@@ -55,7 +55,7 @@ def setting(name: str) -> Any:
     Read where an operator is built (at DAG parse), so it costs no I/O: Airflow's configuration is in memory.
     """
     option = OPTIONS[name]
-    from airflow.providers.common.compat.sdk import conf
+    from airflow_provider_etl_craft._compat import conf
 
     raw = conf.get(SECTION, name, fallback=option.default)
     try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from airflow.providers.common.compat.sdk import DecoratedOperator, TaskDecorator, task_decorator_factory
 from airflow.providers.standard.operators.python import PythonOperator
 
+from airflow_provider_etl_craft._compat import DecoratedOperator, TaskDecorator, task_decorator_factory
 from airflow_provider_etl_craft.operators.task_run import RecordedTaskMixin, with_recording_arguments
 
 

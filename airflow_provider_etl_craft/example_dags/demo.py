@@ -17,6 +17,8 @@ import warnings
 from contextlib import closing
 from pathlib import Path
 
+from airflow_provider_etl_craft.testing import run_dag_test
+
 EXAMPLE_PROJECT = Path(__file__).with_name("project")
 
 
@@ -87,7 +89,7 @@ def main() -> int:
     from airflow_provider_etl_craft.example_dags.example_etl_craft_init import dag as init_dag
 
     for dag in (init_dag, pipeline_dag):
-        run = dag.test()
+        run = run_dag_test(dag)
         print(f"DAG {dag.dag_id}: {run.state}")
         if str(run.state) not in ("success", "DagRunState.SUCCESS"):
             print(report(config))

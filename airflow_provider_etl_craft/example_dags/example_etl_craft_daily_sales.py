@@ -19,8 +19,8 @@ import random
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.providers.common.compat.sdk import DAG
 from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
+from airflow.sdk import DAG
 
 from airflow_provider_etl_craft.decorators import etl_craft_task
 from airflow_provider_etl_craft.operators.task_run import recorded

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow.sdk import DAG
 
 from airflow_provider_etl_craft.operators.init_db import EngineInitDbOperator
 

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from airflow.providers.common.compat.sdk import BaseOperator
-
+from airflow_provider_etl_craft._compat import BaseOperator
 from airflow_provider_etl_craft.engine.schema import DEFAULT_LOCK_TIMEOUT
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome

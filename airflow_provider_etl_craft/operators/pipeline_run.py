@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.common.compat.sdk import (
+from airflow_provider_etl_craft._compat import (
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
@@ -15,7 +15,6 @@ from airflow.providers.common.compat.sdk import (
     BaseSensorOperator,
     PokeReturnValue,
 )
-
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators import _airflow_view
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome

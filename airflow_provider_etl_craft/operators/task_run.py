@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from airflow.providers.common.compat.sdk import AirflowSkipException, BaseOperator
 from airflow.providers.standard.operators.python import PythonOperator
 
 from airflow_provider_etl_craft import _compat
+from airflow_provider_etl_craft._compat import AirflowSkipException, BaseOperator
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators import _airflow_view
@@ -197,7 +197,7 @@ class RecordedTaskMixin:
     def _etl_craft_wait(self, context: Any, reason: str) -> None:
         """Reschedule (no worker slot held) until the gate timeout, then fail naming what was waited for."""
         now = datetime.now(UTC)
-        first = context["ti"].get_first_reschedule_date(context) or now
+        first = _compat.first_reschedule_date(context) or now
         waited = (now - first).total_seconds()
         if waited >= self.etl_craft_gate_timeout:
             raise _compat.fail_exception()(

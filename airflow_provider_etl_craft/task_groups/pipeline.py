@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from airflow.providers.common.compat.sdk import TaskGroup
-
+from airflow_provider_etl_craft._compat import TaskGroup
 from airflow_provider_etl_craft.operators.pipeline_run import (
     ClaimPipelineRunOperator,
     FinishPipelineRunOperator,

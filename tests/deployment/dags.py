@@ -14,7 +14,7 @@ import json, os, time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow_provider_etl_craft._compat import DAG
 
 from airflow_provider_etl_craft.decorators import etl_craft_task
 from airflow_provider_etl_craft.task_groups import etl_craft_pipeline
@@ -93,7 +93,7 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 _PATHS_HEADER = (
     _HEADER
     + """
-from airflow.providers.common.compat.sdk import BaseOperator
+from airflow_provider_etl_craft._compat import BaseOperator
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.providers.standard.sensors.python import PythonSensor

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from airflow_provider_etl_craft.testing import run_dag_test
+
 PIPELINE_MIGRATION = """
 INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, SLA_IN_HOURS, REFRESH_TYPE, CREATED_BY)
 VALUES ('E2E_PIPE', 'End-to-end pipeline', 24, 'FULL', 'test');
@@ -32,7 +34,7 @@ import json, os, time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow_provider_etl_craft._compat import DAG
 from airflow.providers.standard.operators.python import PythonOperator
 
 from airflow_provider_etl_craft.decorators import etl_craft_task
@@ -151,7 +153,6 @@ def clear_and_rerun(dag, run_id: str) -> str:  # noqa: ANN001 - a DAG
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import clear_task_instances
     from airflow.sdk.definitions.dag import _run_task
-    from airflow.serialization.serialized_objects import DagSerialization
     from airflow.utils.state import DagRunState, TaskInstanceState
     from sqlalchemy import select
 
@@ -161,7 +162,10 @@ def clear_and_rerun(dag, run_id: str) -> str:  # noqa: ANN001 - a DAG
         list(dr.get_task_instances(session=session)), session, dag_run_state=DagRunState.RUNNING
     )
     session.commit()
-    dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    from tests.fixtures.fix_airflow import dag_serialization  # only the test process calls this
+
+    serializer = dag_serialization()
+    dr.dag = serializer.deserialize_dag(serializer.serialize_dag(dag))
     while dr.state == DagRunState.RUNNING:
         session.expire_all()
         schedulable, _ = dr.update_state(session=session)
@@ -187,7 +191,7 @@ def run_in_process(module: ModuleType | None = None) -> None:  # pragma: no cove
     from datetime import datetime
 
     dag = load_dag(Path(sys.argv[1]))
-    run = dag.test(logical_date=datetime.fromisoformat(sys.argv[2]))
+    run = run_dag_test(dag, logical_date=datetime.fromisoformat(sys.argv[2]))
     print(f"STATE={run.state}", flush=True)
 
 

@@ -14,20 +14,22 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_etl_craft.example_dags import demo
+from airflow_provider_etl_craft.testing import run_dag_test
 from tests.conftest import EngineSetup
+from tests.fixtures.fix_airflow import dag_bag_class
 
 EXAMPLES = Path(demo.__file__).parent
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.smoke
 def test_every_example_dag_imports_without_errors() -> None:
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(EXAMPLES))
+    bag = dag_bag_class()(dag_folder=str(EXAMPLES))
     assert not bag.import_errors
     assert "example_etl_craft_init" in bag.dag_ids
 
 
+@pytest.mark.smoke
 def test_demo_runs_the_example_pipeline_and_prints_the_aud_rows_it_wrote(tmp_path: Path) -> None:
     env = {**os.environ, "ETL_CRAFT_DEMO_DIR": str(tmp_path / "demo")}
     for key in ("AIRFLOW_HOME", "AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
@@ -74,6 +76,7 @@ def load_dag(dags_folder: Path, source: Path):  # noqa: ANN201 - a DAG
     return module.dag
 
 
+@pytest.mark.smoke
 def test_init_db_operator_prepares_the_engine_db_in_a_dag(
     engine: EngineSetup, airflow_db: Path, monkeypatch
 ) -> None:
@@ -81,12 +84,12 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
     conn = f'{{"conn_type": "etl_craft", "extra": {{"config_path": "{engine.config_path}"}}}}'
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_DEFAULT", conn)
     dag = load_dag(airflow_db / "dags", EXAMPLES / "example_etl_craft_init.py")
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "success"
     hook = engine.hook()
     assert hook.get_records("SELECT PIPELINE_CODE FROM CFG_PIPELINES") == [("DAILY_SALES",)]
     assert hook.get_records("SELECT COUNT(*) FROM CFG_TASKS") == [(4,)]
-    assert dag.test().state == "success"  # a second run: nothing pending, nothing changed
+    assert run_dag_test(dag).state == "success"  # a second run: nothing pending, nothing changed
     ledger = hook.get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY SOURCE, VERSION")
     assert [tuple(r) for r in ledger] == [
         ("ENGINE", "0001_schema"),
@@ -95,6 +98,7 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
     ]
 
 
+@pytest.mark.smoke
 def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup, airflow_db: Path, tmp_path: Path,
                                                              monkeypatch) -> None:  # fmt: skip
     shutil.copytree(EXAMPLES / "project" / "migrations", engine.config_path.parent / "migrations")
@@ -106,7 +110,7 @@ def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup
         "AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE", json.dumps({"conn_type": "sqlite", "host": str(warehouse)})
     )
     dag = load_dag(airflow_db / "dags", EXAMPLES / "example_etl_craft_daily_sales.py")
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "success"
     hook = engine.hook()
     assert hook.get_records("SELECT STATUS FROM AUD_PIPELINES_RUN_LOG") == [("SUCCESS",)]

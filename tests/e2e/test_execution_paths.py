@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_etl_craft.testing import run_dag_test
 from tests.conftest import EngineSetup
 from tests.e2e.pipeline_dags import load_dag, write_dag
 from tests.e2e.test_pipeline_lifecycle import Pipeline, dag_id
@@ -54,7 +55,7 @@ import json, os
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.common.compat.sdk import DAG, AirflowSkipException, BaseOperator
+from airflow_provider_etl_craft._compat import DAG, AirflowSkipException, BaseOperator
 from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator, ShortCircuitOperator
 from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.providers.standard.sensors.python import PythonSensor
@@ -233,7 +234,7 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 MAP_GROUP_DAG = (
     _HEADER
     + """
-from airflow.providers.common.compat.sdk import task_group
+from airflow_provider_etl_craft._compat import task_group
 from airflow.providers.standard.operators.python import PythonOperator
 
 RecordedPython = recorded(PythonOperator)
@@ -287,7 +288,7 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 NESTED_DAG = (
     _HEADER
     + """
-from airflow.providers.common.compat.sdk import AirflowFailException, TaskGroup
+from airflow_provider_etl_craft._compat import AirflowFailException, TaskGroup
 
 with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
          default_args={"retries": 2, "retry_delay": timedelta(seconds=1)}) as dag:
@@ -315,7 +316,7 @@ def paths(engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: py
 
 def _run(paths: Pipeline, request: pytest.FixtureRequest, template: str, name: str):  # noqa: ANN202 - a DagRun
     dag = load_dag(write_dag(paths.dags, template, dag_id(request, name)))
-    run = dag.test()
+    run = run_dag_test(dag)
     [(run_id, status, *_)] = paths.runs()
     return dag, run, run_id, status
 
@@ -339,6 +340,7 @@ def _task_run(paths: Pipeline, run_id: int, code: str) -> tuple:
     return row
 
 
+@pytest.mark.smoke
 def test_a_task_that_skips_itself_is_skipped_not_failed(paths: Pipeline, request) -> None:
     dag, run, run_id, status = _run(paths, request, SKIP_DAG, "skip")
     assert run.state == "success"
@@ -351,6 +353,7 @@ def test_a_task_that_skips_itself_is_skipped_not_failed(paths: Pipeline, request
     assert status == "SKIPPED"  # every task skipped: the run is SKIPPED, never FAILED
 
 
+@pytest.mark.smoke
 def test_a_rescheduling_sensor_is_one_attempt_however_many_pokes(
     paths: Pipeline, request, tmp_path: Path
 ) -> None:
@@ -363,6 +366,7 @@ def test_a_rescheduling_sensor_is_one_attempt_however_many_pokes(
     assert _task_run(paths, run_id, "WAIT_FOR")[:2] == ("SUCCESS", 1)  # ATTEMPT_COUNT counts tries, not pokes
 
 
+@pytest.mark.smoke
 def test_a_deferred_task_keeps_its_attempt_and_the_resumed_method_records_the_end(paths: Pipeline, request,
                                                                                   tmp_path: Path) -> None:  # fmt: skip
     paths.set(deferred=str(tmp_path / "deferred"))
@@ -374,6 +378,7 @@ def test_a_deferred_task_keeps_its_attempt_and_the_resumed_method_records_the_en
     assert _task_run(paths, run_id, "DEFER_COUNT") == ("SUCCESS", 1, 7, None, None)
 
 
+@pytest.mark.smoke
 def test_a_mapped_task_is_one_task_run_whose_failing_index_fails_the_run(paths: Pipeline, request) -> None:
     paths.set(files=["a", "bb", "bad"])
     dag, run, run_id, status = _run(paths, request, MAPPED_DAG, "mapped")
@@ -439,7 +444,7 @@ def test_an_engine_db_without_tables_fails_the_claim_naming_init_db(engine: Engi
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_DEFAULT", conn)
     monkeypatch.setenv("E2E_CONTROL", "/nonexistent")
     dag = load_dag(write_dag(airflow_db / "dags", SKIP_DAG, dag_id(request, "no_tables")))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "failed"
     claim = next(ti for ti in run.get_task_instances() if ti.task_id == "skip_p.claim")
     assert (claim.state, claim.try_number) == ("failed", 1)  # permanent: no retries

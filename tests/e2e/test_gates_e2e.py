@@ -15,6 +15,7 @@ import pytest
 
 from airflow_provider_etl_craft.cli.main import main as cli_main
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
+from airflow_provider_etl_craft.testing import run_dag_test
 from tests.conftest import EngineSetup
 from tests.e2e import pipeline_dags
 from tests.e2e.pipeline_dags import load_dag, write_dag
@@ -73,7 +74,7 @@ WHERE d.PIPELINE_CODE = 'DOWN_E2E' AND u.PIPELINE_CODE = 'UP_E2E';
 _HEADER = """
 from datetime import datetime, timedelta
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow_provider_etl_craft._compat import DAG
 
 from airflow_provider_etl_craft.decorators import etl_craft_task
 from airflow_provider_etl_craft.task_groups import etl_craft_pipeline
@@ -231,9 +232,10 @@ def _dag_path(gates: Gates, request: pytest.FixtureRequest, template: str, name:
     return path
 
 
+@pytest.mark.smoke
 def test_any_n_has_data_and_failure_conditions_inside_one_pipeline_dag(gates: Gates, request) -> None:
     dag = load_dag(_dag_path(gates, request, CONDITIONS_DAG, "conditions"))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "failed"  # b failed, so the pipeline run is FAILED and the finish task says so
     [(run_id, status, _)] = gates.runs("COND_E2E")
     assert status == "FAILED"
@@ -297,7 +299,7 @@ def test_a_claim_that_waits_too_long_for_an_upstream_fails_naming_it(gates: Gate
                                                                      caplog) -> None:  # fmt: skip
     _, up_run = gates.start_upstream()
     dag = load_dag(_dag_path(gates, request, DOWN_DAG, "claim_timeout", claim_timeout=3))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "failed"
     assert gates.ti_states(dag.dag_id)["down_e2e.claim"] == "failed"
     assert gates.runs("DOWN_E2E") == []
@@ -310,6 +312,7 @@ def test_a_claim_that_waits_too_long_for_an_upstream_fails_naming_it(gates: Gate
     assert "still IN-PROGRESS after 3s" in text
 
 
+@pytest.mark.smoke
 def test_a_task_gate_waits_for_an_in_progress_upstream_by_rescheduling_then_runs(
     gates: Gates, request
 ) -> None:
@@ -335,7 +338,7 @@ def test_a_task_gate_that_waits_too_long_fails_naming_the_upstream_run(gates: Ga
                                                                        caplog) -> None:  # fmt: skip
     _, up_run = gates.start_upstream()
     dag = load_dag(_dag_path(gates, request, TASK_WAIT_DAG, "task_timeout", gate_timeout=3))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "failed"
     assert gates.ti_states(dag.dag_id)["twait_e2e.w1"] == "failed"
     logged = capfd.readouterr()
@@ -343,6 +346,7 @@ def test_a_task_gate_that_waits_too_long_fails_naming_the_upstream_run(gates: Ga
     assert "[GATE_TIMEOUT] task W1" in text and f"run {up_run} of UP_E2E" in text
 
 
+@pytest.mark.smoke
 def test_a_paused_pipelines_dag_run_is_skipped_and_recorded_and_resume_lets_the_next_run(gates: Gates,
                                                                                         request) -> None:  # fmt: skip
     config = ["--config", str(gates.engine.config_path)]
@@ -351,7 +355,7 @@ def test_a_paused_pipelines_dag_run_is_skipped_and_recorded_and_resume_lets_the_
     dag = load_dag(_dag_path(gates, request, TASK_WAIT_DAG, "paused"))
     from datetime import UTC, datetime
 
-    run = dag.test(logical_date=datetime(2026, 6, 1, tzinfo=UTC))
+    run = run_dag_test(dag, logical_date=datetime(2026, 6, 1, tzinfo=UTC))
     states = gates.ti_states(dag.dag_id)
     assert states["twait_e2e.claim"] == "skipped" and states["twait_e2e.w1"] == "skipped"
     assert states["twait_e2e.finish"] == "skipped" and run.state == "success"
@@ -362,7 +366,7 @@ def test_a_paused_pipelines_dag_run_is_skipped_and_recorded_and_resume_lets_the_
     # W1 depends on UP_E2E.U1: give it a finished upstream run so the next DAG run really runs W1.
     who, _ = gates.start_upstream()
     gates.finish_upstream(who)
-    run = dag.test(logical_date=datetime(2026, 6, 2, tzinfo=UTC))
+    run = run_dag_test(dag, logical_date=datetime(2026, 6, 2, tzinfo=UTC))
     assert run.state == "success"
     runs = gates.runs("TWAIT_E2E")
     assert [r[1] for r in runs] == ["SKIPPED", "SUCCESS"]

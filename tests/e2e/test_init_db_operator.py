@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_etl_craft.testing import run_dag_test
 from tests.conftest import EngineSetup
 
 pytestmark = pytest.mark.e2e
 
 DAG_FILE = """
 from datetime import datetime, timedelta
-from airflow.providers.common.compat.sdk import DAG
+from airflow_provider_etl_craft._compat import DAG
 from airflow_provider_etl_craft.operators.init_db import EngineInitDbOperator
 
 with DAG("etl_craft_init_db_retries", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
@@ -45,7 +46,7 @@ def test_a_partial_engine_schema_fails_the_task_once_without_retries(engine: Eng
     engine.hook().run("CREATE TABLE CFG_PIPELINES (PIPELINE_ID INTEGER)")
     conn = {"conn_type": "etl_craft", "extra": {"config_path": str(engine.config_path)}}
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_RETRY_TEST", json.dumps(conn))
-    run = load(airflow_db / "dags").test()
+    run = run_dag_test(load(airflow_db / "dags"))
     assert run.state == "failed"
     assert task_tries(run) == ("failed", 1)
 
@@ -55,7 +56,7 @@ def test_init_db_operator_succeeds_and_returns_what_it_did(
 ) -> None:
     conn = {"conn_type": "etl_craft", "extra": {"config_path": str(engine.config_path)}}
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_RETRY_TEST", json.dumps(conn))
-    run = load(airflow_db / "dags").test()
+    run = run_dag_test(load(airflow_db / "dags"))
     assert run.state == "success"
     assert task_tries(run) == ("success", 1)
     assert engine.hook().get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY VERSION") == [

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_etl_craft.testing import run_dag_test
 from tests.conftest import EngineSetup
 from tests.e2e import pipeline_dags
 from tests.e2e.pipeline_dags import NO_FINISH_DAG, PIPELINE_DAG, UNKNOWN_TASK_DAG, load_dag, write_dag
@@ -100,9 +101,10 @@ def dag_id(request: pytest.FixtureRequest, name: str) -> str:
     return f"e2e_{name}_{request.node.callspec.id}"
 
 
+@pytest.mark.smoke
 def test_success_path_records_one_run_with_every_task_and_attempt(pipeline: Pipeline, request) -> None:
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "success")))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "success"
     key = f"airflow:{dag.dag_id}:{run.run_id}"
     [(run_id, status, run_key, trigger, started_kind, repair, revision)] = pipeline.runs()
@@ -126,10 +128,11 @@ def test_success_path_records_one_run_with_every_task_and_attempt(pipeline: Pipe
     assert pipeline.ti(dag.dag_id, run.run_id, "e2e_pipe.claim")[0] == "success"
 
 
+@pytest.mark.smoke
 def test_a_task_that_fails_once_has_two_attempts_on_one_task_run(pipeline: Pipeline, request) -> None:
     pipeline.set(flaky="fail_once")
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "retry")))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "success"
     [(run_id, status, *_)] = pipeline.runs()
     assert status == "SUCCESS"
@@ -144,7 +147,7 @@ def test_a_task_that_fails_once_has_two_attempts_on_one_task_run(pipeline: Pipel
 def test_a_task_that_fails_for_good_fails_the_run_and_the_finish_task(pipeline: Pipeline, request) -> None:
     pipeline.set(flaky="fail_always")
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "fail")))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "failed"
     [(run_id, status, *_)] = pipeline.runs()
     assert status == "FAILED"
@@ -160,7 +163,7 @@ def test_a_task_that_fails_for_good_fails_the_run_and_the_finish_task(pipeline: 
 def test_an_execution_timeout_records_a_timed_out_attempt(pipeline: Pipeline, request) -> None:
     pipeline.set(flaky="timeout_once")
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "timeout")))
-    assert dag.test().state == "success"
+    assert run_dag_test(dag).state == "success"
     [(run_id, status, *_)] = pipeline.runs()
     assert status == "SUCCESS"
     assert pipeline.attempts(run_id, "FLAKY") == [(1, "TIMED_OUT"), (2, "SUCCESS")]
@@ -172,7 +175,7 @@ def test_a_killed_task_records_its_attempt_cancelled_through_on_kill(pipeline: P
     previous = signal.getsignal(signal.SIGTERM)
     try:
         dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "killed")))
-        assert dag.test().state == "success"
+        assert run_dag_test(dag).state == "success"
     finally:
         signal.signal(signal.SIGTERM, previous)  # Airflow's task runner installed its handler in this process
     [(run_id, status, *_)] = pipeline.runs()
@@ -186,7 +189,7 @@ def test_a_killed_task_records_its_attempt_cancelled_through_on_kill(pipeline: P
 
 def test_clearing_an_ended_dag_run_reopens_the_same_engine_run(pipeline: Pipeline, request) -> None:
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "clear")))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "success"
     assert pipeline_dags.clear_and_rerun(dag, run.run_id) == "success"
     [(run_id, status, _, _, _, repair, revision)] = pipeline.runs()
@@ -202,8 +205,8 @@ def test_a_dag_run_created_again_under_its_run_id_reopens_and_continues_numberin
     """dag.test() deletes and re-creates a DAG run with the same run id: Airflow's try numbers restart at 1."""
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "recreate")))
     when = datetime(2026, 3, 1, tzinfo=UTC)
-    first = dag.test(logical_date=when, run_after=when)
-    second = dag.test(logical_date=when, run_after=when)
+    first = run_dag_test(dag, logical_date=when, run_after=when)
+    second = run_dag_test(dag, logical_date=when, run_after=when)
     assert first.run_id == second.run_id and second.state == "success"
     [(run_id, status, _, _, _, repair, revision)] = pipeline.runs()
     assert (status, repair, revision) == ("SUCCESS", "N", 1)
@@ -217,11 +220,11 @@ def test_a_dag_run_created_again_under_its_run_id_reopens_and_continues_numberin
 
 def test_a_blocking_run_whose_dag_run_ended_is_closed_as_abandoned(pipeline: Pipeline, request) -> None:
     stray = load_dag(write_dag(pipeline.dags, NO_FINISH_DAG, dag_id(request, "stray")))
-    assert stray.test().state == "success"  # its Engine run stays IN-PROGRESS: nothing finished it
+    assert run_dag_test(stray).state == "success"  # its Engine run stays IN-PROGRESS: nothing finished it
     [(stray_id, status, *_)] = pipeline.runs()
     assert status == "IN-PROGRESS"
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "after_stray")))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "success"
     runs = pipeline.runs()
     assert [(r[0], r[1]) for r in runs] == [(stray_id, "CANCELLED"), (stray_id + 1, "SUCCESS")]
@@ -235,7 +238,7 @@ def test_a_task_code_missing_from_cfg_tasks_fails_the_claim_without_retries(
     pipeline: Pipeline, request
 ) -> None:
     dag = load_dag(write_dag(pipeline.dags, UNKNOWN_TASK_DAG, dag_id(request, "unknown")))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "failed"
     assert pipeline.ti(dag.dag_id, run.run_id, "e2e_pipe.claim") == ("failed", 1)
     assert pipeline.runs() == []
@@ -244,7 +247,7 @@ def test_a_task_code_missing_from_cfg_tasks_fails_the_claim_without_retries(
 def test_an_inactive_pipeline_fails_the_claim_without_retries(pipeline: Pipeline, request) -> None:
     pipeline.engine.hook().run("UPDATE CFG_PIPELINES SET ACTIVE_FLAG = 'N' WHERE PIPELINE_CODE = 'E2E_PIPE'")
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "inactive")))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "failed"
     assert pipeline.ti(dag.dag_id, run.run_id, "e2e_pipe.claim") == ("failed", 1)
     assert pipeline.runs() == []
@@ -298,7 +301,7 @@ def test_a_claim_that_waits_too_long_fails_naming_the_blocking_run(pipeline: Pip
         "SELECT PIPELINE_ID, '2026-01-01T00:00:00.000Z', 'IN-PROGRESS', 'etl-craft:manual:7', 'MANUAL' "
         "FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'E2E_PIPE'")  # fmt: skip
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "claim_timeout"), claim_timeout=3))
-    run = dag.test()
+    run = run_dag_test(dag)
     assert run.state == "failed"
     assert pipeline.ti(dag.dag_id, run.run_id, "e2e_pipe.claim")[0] == "failed"
     assert rescheduled(pipeline, dag.dag_id) >= 1

@@ -114,7 +114,7 @@ def _assert_logs_in(hook: EngineDBHook, role: str) -> None:
 
 def _reset_masker() -> None:
     """A fresh Airflow secret masker (the one ``_compat.redact`` uses), so masks from earlier tests don't count."""
-    from airflow.providers.common.compat.sdk import redact
+    from airflow_provider_etl_craft._compat import redact
 
     importlib.import_module(redact.__module__).reset_secrets_masker()
 

@@ -116,6 +116,7 @@ def test_uri_and_descriptions_never_show_the_secret(engine: EngineSetup) -> None
     assert hook.dialect_name == engine.dialect
 
 
+@pytest.mark.smoke
 def test_test_connection_reports_whether_the_engine_tables_exist(engine: EngineSetup) -> None:
     hook = engine.hook()
     ok, message = hook.test_connection()
@@ -156,6 +157,7 @@ def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
     assert ledger == [("ENGINE", "0001_schema"), ("ENGINE", "0002_map_index.sql")]
 
 
+@pytest.mark.smoke
 @pytest.mark.postgres
 def test_inline_postgres_airflow_connection(pg_database, monkeypatch) -> None:
     cluster = pg_database.cluster

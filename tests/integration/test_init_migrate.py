@@ -34,6 +34,7 @@ def write_migrations(folder: Path, files: dict[str, str]) -> Path:
     return folder
 
 
+@pytest.mark.smoke
 def test_init_db_twice_changes_nothing_the_second_time(engine: EngineSetup) -> None:
     first = engine.hook().init_db()
     before = rows(engine, "SELECT SOURCE, VERSION, CHECKSUM, APPLIED_AT FROM SCHEMA_MIGRATIONS")
@@ -68,6 +69,7 @@ def test_init_db_refuses_a_schema_made_by_another_version(engine: EngineSetup) -
         engine.hook().init_db()
 
 
+@pytest.mark.smoke
 def test_migrate_applies_project_files_in_order_with_checksums(engine: EngineSetup, tmp_path: Path) -> None:
     files = {
         "0002_rows.sql": "INSERT INTO T_ORDER (N) VALUES (2);\nINSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('SALES', 'Sales', 'FULL');\n",

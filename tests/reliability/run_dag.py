@@ -10,13 +10,15 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from airflow_provider_etl_craft.testing import run_dag_test
+
 
 def main(path: Path) -> None:
     spec = importlib.util.spec_from_file_location(f"reliability_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    run = module.dag.test()
+    run = run_dag_test(module.dag)
     print(f"RUN_ID={run.run_id}", flush=True)
     print(f"STATE={run.state}", flush=True)
 

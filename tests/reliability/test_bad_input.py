@@ -82,9 +82,9 @@ def no_engine_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 def build(kind: str, code: str) -> None:
     """Create, inside a DAG, the operator/decorator/task group ``kind`` naming the hostile ``code``."""
-    from airflow.providers.common.compat.sdk import DAG
     from airflow.providers.standard.operators.python import PythonOperator
 
+    from airflow_provider_etl_craft._compat import DAG
     from airflow_provider_etl_craft.decorators import etl_craft_task
     from airflow_provider_etl_craft.operators.pipeline_run import (
         ClaimPipelineRunOperator,
@@ -135,8 +135,7 @@ def test_operators_refuse_hostile_codes_at_parse_time_without_touching_the_db(ki
 
 
 def test_a_task_id_airflow_accepts_but_no_code_matches_is_refused(no_engine_db: list[str]) -> None:
-    from airflow.providers.common.compat.sdk import DAG
-
+    from airflow_provider_etl_craft._compat import DAG
     from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator
 
     with (

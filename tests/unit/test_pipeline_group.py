@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from airflow.providers.common.compat.sdk import DAG
 
+from airflow_provider_etl_craft._compat import DAG
 from airflow_provider_etl_craft.decorators import etl_craft_task
 from airflow_provider_etl_craft.operators.pipeline_run import ClaimPipelineRunOperator
 from airflow_provider_etl_craft.operators.task_run import is_mapped, pipeline_tasks

@@ -14,6 +14,8 @@ from airflow_provider_etl_craft.get_provider_info import get_provider_info
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from tests.fixtures.fix_airflow import airflow_cli
 
+pytestmark = pytest.mark.smoke
+
 
 def test_provider_info_validates_against_airflows_schema() -> None:
     schema = json.loads((resources.files("airflow") / "provider_info.schema.json").read_text())
@@ -29,6 +31,21 @@ def test_connection_type_points_at_the_hook_and_declares_its_form() -> None:
         conn_type["conn-fields"]
     )
     assert conn_type["ui-field-behaviour"]["relabeling"]["schema"] == "Database"
+
+
+def test_the_ui_connection_form_shows_the_extra_fields_and_the_relabelled_standard_ones() -> None:
+    """What the UI's hook metadata endpoint serves: 3.0/3.1 from the hook's WTForms, 3.2+ from conn-fields."""
+    from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+
+    HookMetaService.hook_meta_data.cache_clear()
+    (meta,) = [m for m in HookMetaService.hook_meta_data() if m.connection_type == "etl_craft"]
+    extra = meta.extra_fields or {}
+    assert {"config_path", "profile", "jdbc_url", "engine_schema", "auth_mode"} <= set(extra)
+    assert extra["config_path"]["schema"]["title"] == "craft-connector.yml path"
+    assert "oauth" in extra["auth_mode"]["schema"]["enum"]
+    assert meta.standard_fields is not None
+    titles = {field["title"] for field in meta.standard_fields.model_dump().values() if field}
+    assert {"Database", "User"} <= titles
 
 
 def json_array(stdout: str) -> list[dict]:

@@ -16,7 +16,7 @@ CONSTRAINTS := constraints/constraints-airflow-$(AIRFLOW)-py$(PYVER).txt
 VENV := $(if $(filter $(NEWEST),$(AIRFLOW)),.venv,.venv-airflow-$(AIRFLOW))
 BIN := $(VENV)/bin
 
-.PHONY: demo test smoke lint bench check-constraints clean
+.PHONY: demo test smoke lint bench check-constraints system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,15 @@ $(CONSTRAINTS):
 demo: $(VENV)/.installed
 	$(BIN)/python -m airflow_provider_etl_craft.example_dags.demo
 
-test: lint
+test: lint system-deps
 	$(BIN)/python -m pytest -q
+
+# The pooler tier runs PgBouncer from Debian's package; as root, install it when missing (else it skips,
+# or fails under ETL_CRAFT_REQUIRE_PGBOUNCER=1 as in CI).
+system-deps:
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || { [ "$$(id -u)" = 0 ] && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends pgbouncer >/dev/null; } || \
+		echo "pgbouncer not installed (apt-get install pgbouncer): the pooler tests will skip" >&2
 
 smoke: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m smoke

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +30,16 @@ class EngineSetup:
 
     def subprocess_env(self) -> dict[str, str]:
         return {**os.environ, **self.env}
+
+
+def engine_rows(hook: EngineDBHook, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Rows of one statement (``?`` placeholders) on a fresh connection, as its own transaction.
+
+    Through the dialect, which sets the Engine schema for the statement: the hook's connections carry no
+    session ``search_path`` (common-sql's ``get_records``/``run`` would not find the Engine tables).
+    """
+    with closing(hook.get_conn()) as conn:
+        return [tuple(r) for r in hook.engine.query(conn, sql, params)]
 
 
 def write_config(folder: Path, text: str) -> Path:

@@ -65,6 +65,8 @@ def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[
         conn = hook.get_conn()
     with closing(conn):
         line(" OK ", f"connection: {engine.describe()}")
+        with _stage("schema"):
+            engine.verify_schema(conn)
         line(" OK ", f"schema: {profile.schema}")
         present = engine.table_names(conn) & ENGINE_TABLES
         if not present:

@@ -1,4 +1,10 @@
-"""Named cross-process locks: a lock file beside a SQLite database, an advisory lock on PostgreSQL."""
+"""Named cross-process locks: a lock file beside a SQLite database, an advisory lock on PostgreSQL.
+
+On PostgreSQL the Engine takes advisory *transaction* locks inside the transaction that needs them
+(``EngineDialect.transaction(conn, lock=…)``); :func:`advisory_lock` (a session lock) remains for the public
+``EngineDBHook.lock(conn=…)``. Both use :func:`advisory_key`, and a session lock and a transaction lock on
+one key exclude each other, so workers of an older release and of this one serialise during an upgrade.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from typing import Any
 
 import filelock
 
-from airflow_provider_etl_craft.errors import LockTimeoutError
+from airflow_provider_etl_craft.errors import ConfigurationError, LockTimeoutError
 
 LOCK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_:.\-]{0,199}$")
 MIGRATE_LOCK = "migrate"
@@ -62,9 +68,18 @@ def file_lock(db_path: Path, name: str, timeout: float | None) -> Iterator[None]
 LOCK_NOT_AVAILABLE = "55P03"
 
 
-def _sqlstate(exc: BaseException) -> str | None:
+def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a psycopg2 (``pgcode``) or psycopg 3 (``sqlstate``) error."""
     return getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None)
+
+
+def lock_timeout_error(schema: str, name: str, timeout: float | None) -> LockTimeoutError:
+    """The error of an advisory-lock wait that hit its bound: names the lock, its key, the schema and the fix."""
+    waited = "the lock timeout" if timeout is None else f"{timeout:g}s"
+    return LockTimeoutError(
+        f"lock '{name}' (advisory key {advisory_key(schema, name)} for schema {schema}) was not acquired within "
+        f"{waited}; another process holds it — wait for it to finish, or raise the lock timeout"
+    )
 
 
 @contextmanager
@@ -75,6 +90,14 @@ def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> I
     the lock and resetting it is one statement (one round trip): each nested subquery must produce its
     row before the level around it runs, which fixes the order; if the wait times out the statement's
     transaction rolls back, and ``set_config`` with it.
+
+    A session lock needs the same server session for lock and unlock: behind a transaction-mode pooler it
+    does not hold. The unlock's result is therefore checked.
+
+    :raises ConfigurationError: the unlock found the lock not held by this session — the statements went to
+        different server sessions (a transaction-mode pooler such as PgBouncer between client and server), so
+        the lock never excluded anyone and may still be held elsewhere. Retrying cannot fix that; the
+        deployment must, hence a configuration error, not a retryable one.
     """
     key = advisory_key(schema, name)
     millis = 0 if timeout is None else max(1, int(timeout * 1000))
@@ -86,7 +109,7 @@ def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> I
                 (key, f"{millis}ms"),
             )
         except Exception as exc:
-            if _sqlstate(exc) != LOCK_NOT_AVAILABLE:
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE:
                 raise
             # The server may grant the lock just as lock_timeout cancels the wait: the error arrives but
             # the session holds the lock. Sessions never nest these locks, so one unlock gives it back.
@@ -95,13 +118,20 @@ def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> I
                 "AND classid = %s AND objid = %s AND objsubid = 1",
                 (key, (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
             )
-            raise LockTimeoutError(
-                f"lock '{name}' (advisory key {key} for schema {schema}) was not acquired within {timeout:g}s; "
-                "another process holds it — wait for it to finish, or raise the lock timeout"
-            ) from None
+            raise lock_timeout_error(schema, name, timeout) from None
+    ended = False
     try:
         yield
+        ended = True
     finally:
         if not conn.closed:
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                (released,) = cur.fetchone()
+            if not released and ended:  # never hide the error the locked code raised
+                raise ConfigurationError(
+                    f"lock '{name}' (advisory key {key} for schema {schema}) was not held by the session that "
+                    "released it: the statements reached different server sessions, so the lock did not exclude "
+                    "other processes; connect directly or through a session-mode pooler for EngineDBHook.lock(conn=…), "
+                    "or let the lock open its own connection (conn=None)"
+                )

@@ -14,11 +14,11 @@ from airflow_provider_etl_craft.engine.schema import (
     SCHEMA_VERSION,
     InitResult,
     checksum,
-    init_db_locked,
+    init_db,
     packaged_migrations,
 )
 from airflow_provider_etl_craft.engine.url import resolve_beside
-from airflow_provider_etl_craft.errors import ConfigurationError, MigrationError
+from airflow_provider_etl_craft.errors import ConfigurationError, LockTimeoutError, MigrationError
 
 MIGRATIONS_ENV_VAR = "ETL_CRAFT_MIGRATIONS_DIR"
 
@@ -73,14 +73,18 @@ def migration_files(dialect_name: str, project_dir: Path | None) -> list[Migrati
     return files
 
 
-def pending_migrations(dialect: EngineDialect, conn: Any, files: list[MigrationFile]) -> list[MigrationFile]:
+def pending_migrations(
+    dialect: EngineDialect, conn: Any, files: list[MigrationFile], cur: Any | None = None
+) -> list[MigrationFile]:
     """Files not yet in the ledger, after checking the ledger against the files.
 
+    :param cur: read the ledger inside this cursor's transaction instead of on ``conn``.
     :raises MigrationError: a ledgered file was edited or removed, or a new file sorts before an applied one.
     """
+    read = "SELECT SOURCE, VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS"
     ledger = {
         (src, ver): digest
-        for src, ver, digest in dialect.query(conn, "SELECT SOURCE, VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS")
+        for src, ver, digest in (dialect.rows(cur, read) if cur is not None else dialect.query(conn, read))
         if not (src == "ENGINE" and ver == SCHEMA_VERSION)
     }
     by_key = {(f.source, f.version): f for f in files}
@@ -117,29 +121,47 @@ def migrate(
 ) -> MigrateResult:
     """Bring the Engine DB up to date: init-db if needed, then every pending file, one transaction each.
 
-    Runs under the ``migrate`` lock, so concurrent runs serialise and each file is applied once.
+    Every one of those transactions takes the ``migrate`` lock itself and reads the ledger again inside
+    it, so concurrent runs serialise file by file and a file another process applied meanwhile is skipped:
+    each file is applied once.
 
     :raises MigrationError: ledger problems (nothing applied), or a file that fails (that file rolled back).
+    :raises LockTimeoutError: another init-db or migrate held the lock too long.
     """
     files = migration_files(dialect.name, project_dir)
-    with dialect.lock(MIGRATE_LOCK, lock_timeout, conn):
-        init = init_db_locked(dialect, conn)
-        applied: list[str] = []
-        for item in pending_migrations(dialect, conn, files):
-            try:
-                with dialect.schema_transaction(conn) as cur:
-                    dialect.execute_script(cur, item.text)
-                    cur.execute(
-                        dialect.sql(
-                            "INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"
-                        ),
-                        (item.source, item.version, item.checksum),
-                    )
-            except Exception as exc:
-                detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise MigrationError(
-                    f"migration {item.label} failed and was rolled back ({detail}); fix the file and run migrate "
-                    f"again ({len(applied)} earlier file(s) stay applied)"
-                ) from None
+    init = init_db(dialect, conn, lock_timeout)
+    applied: list[str] = []
+    for item in pending_migrations(dialect, conn, files):
+        if _apply(dialect, conn, item, files, lock_timeout, len(applied)):
             applied.append(item.label)
     return MigrateResult(init, applied)
+
+
+def _apply(
+    dialect: EngineDialect,
+    conn: Any,
+    item: MigrationFile,
+    files: list[MigrationFile],
+    lock_timeout: float | None,
+    earlier: int,
+) -> bool:
+    """Apply ``item`` with its ledger row in one transaction holding the ``migrate`` lock, unless the ledger
+    read inside it shows the file applied already. :return: whether this call applied it."""
+    try:
+        with dialect.schema_transaction(conn, lock=MIGRATE_LOCK, lock_timeout=lock_timeout) as cur:
+            if item not in pending_migrations(dialect, conn, files, cur):
+                return False
+            dialect.execute_script(cur, item.text)
+            cur.execute(
+                dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"),
+                (item.source, item.version, item.checksum),
+            )
+    except (LockTimeoutError, MigrationError):
+        raise
+    except Exception as exc:
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise MigrationError(
+            f"migration {item.label} failed and was rolled back ({detail}); fix the file and run migrate "
+            f"again ({earlier} earlier file(s) stay applied)"
+        ) from None
+    return True

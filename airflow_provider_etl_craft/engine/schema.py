@@ -1,4 +1,4 @@
-"""init-db: create the Engine tables from the packaged ``schema.sql`` once, safely, under the migrate lock."""
+"""init-db: create the Engine tables from the packaged ``schema.sql`` once, safely, in a transaction holding the migrate lock."""
 
 from __future__ import annotations
 
@@ -81,12 +81,16 @@ class SchemaState:
         return self.present == ENGINE_TABLES
 
 
-def schema_state(dialect: EngineDialect, conn: Any) -> SchemaState:
-    """Read which Engine tables exist and which packaged ENGINE migrations are not applied yet."""
-    present = frozenset(dialect.table_names(conn) & ENGINE_TABLES)
+def schema_state(dialect: EngineDialect, conn: Any, cur: Any | None = None) -> SchemaState:
+    """Read which Engine tables exist and which packaged ENGINE migrations are not applied yet.
+
+    :param cur: read inside this cursor's transaction (under the ``migrate`` lock) instead of on ``conn``.
+    """
+    present = frozenset(dialect.table_names(conn, cur) & ENGINE_TABLES)
     applied: frozenset[str] = frozenset()
     if "SCHEMA_MIGRATIONS" in present:
-        rows = dialect.query(conn, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE'")
+        ledger = "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE'"
+        rows = dialect.rows(cur, ledger) if cur is not None else dialect.query(conn, ledger)
         applied = frozenset(r[0] for r in rows)
     pending = tuple(v for v, _ in packaged_migrations(dialect.name) if v not in applied)
     return SchemaState(present, applied, pending)
@@ -131,26 +135,30 @@ def init_db(
     """Create the Engine tables unless they are already there.
 
     On an empty schema, ``schema.sql`` and every packaged ENGINE migration run in one transaction with
-    their ledger rows, under the ``migrate`` lock, so a crash leaves nothing half-made, concurrent runs
-    (every Airflow retry, every deployment) serialise, and the result is the latest schema. An existing
-    Engine DB is never changed here: pending ENGINE migrations are reported for ``migrate`` to apply.
+    their ledger rows, and that transaction takes the ``migrate`` lock itself and reads the schema again
+    inside it, so a crash leaves nothing half-made, concurrent runs (every Airflow retry, every deployment)
+    serialise, one that waited finds the schema made and reports it existing, and the result is the latest
+    schema. An existing Engine DB is never changed here: pending ENGINE migrations are reported for
+    ``migrate`` to apply.
 
+    :raises ConfigurationError: transactions do not resolve names in the profile's schema (no USAGE on it).
     :raises EngineDBError: some but not all Engine tables exist, or the ledger shows another schema.
     :raises LockTimeoutError: another init-db or migrate held the lock too long.
     """
-    with dialect.lock(MIGRATE_LOCK, lock_timeout, conn):
-        return init_db_locked(dialect, conn)
+    dialect.verify_schema(conn)
+    with dialect.schema_transaction(conn, lock=MIGRATE_LOCK, lock_timeout=lock_timeout) as cur:
+        return init_db_in(dialect, conn, cur)
 
 
-def init_db_locked(dialect: EngineDialect, conn: Any) -> InitResult:
-    """init-db for a caller that already holds the ``migrate`` lock (migrate runs it first)."""
+def init_db_in(dialect: EngineDialect, conn: Any, cur: Any) -> InitResult:
+    """init-db inside the caller's schema transaction ``cur``, which holds the ``migrate`` lock."""
     text = schema_text(dialect.name)
     digest = checksum(text)
     where = f"{dialect.describe()} schema {dialect.profile.schema}"
-    state = schema_state(dialect, conn)
+    state = schema_state(dialect, conn, cur)
     if state.complete:
-        recorded = dialect.query(
-            conn,
+        recorded = dialect.rows(
+            cur,
             "SELECT CHECKSUM FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE' AND VERSION = ?",
             (SCHEMA_VERSION,),
         )
@@ -180,11 +188,10 @@ def init_db_locked(dialect: EngineDialect, conn: Any) -> InitResult:
             f"{', '.join(missing)}); init-db will not touch a partial schema: restore it, or use an empty schema"
         )
     ledger = dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)")
-    with dialect.schema_transaction(conn) as cur:
-        dialect.execute_script(cur, text)
-        cur.execute(ledger, (SCHEMA_VERSION, digest))
-        for version, migration in packaged_migrations(dialect.name):
-            dialect.execute_script(cur, migration)
-            cur.execute(ledger, (version, checksum(migration)))
+    dialect.execute_script(cur, text)
+    cur.execute(ledger, (SCHEMA_VERSION, digest))
+    for version, migration in packaged_migrations(dialect.name):
+        dialect.execute_script(cur, migration)
+        cur.execute(ledger, (version, checksum(migration)))
     at = latest_version(dialect.name)
     return InitResult(True, at, f"Engine DB {where} initialised at {at}")

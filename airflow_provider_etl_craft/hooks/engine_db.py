@@ -37,6 +37,10 @@ class EngineDBHook(DbApiHook):
 
     Because it is a ``DbApiHook``, ``SQLExecuteQueryOperator(conn_id=…)`` runs SQL on the Engine DB too.
     Connections are in autocommit mode; Engine code opens explicit transactions through the dialect.
+    On PostgreSQL the Engine schema is set per transaction (``SET LOCAL search_path``), never on the
+    session, so the provider works behind a transaction-mode pooler: SQL of your own run through this hook
+    (``get_records``, ``run``, ``SQLExecuteQueryOperator``) sees the role's default ``search_path``, not the
+    Engine schema — qualify the Engine tables with the schema (``etl_craft.CFG_PIPELINES``).
 
     :param etl_craft_conn_id: the Airflow connection (default ``etl_craft_default``).
     :param profile: the profile to use from a file-backed connection or config file (overrides the file's).
@@ -82,7 +86,7 @@ class EngineDBHook(DbApiHook):
         return self.engine.placeholder
 
     def get_conn(self) -> Any:
-        """A new DB-API connection to the Engine DB (autocommit; SQLite pragmas or PostgreSQL search_path set)."""
+        """A new DB-API connection to the Engine DB (autocommit; SQLite pragmas set, PostgreSQL schema checked)."""
         return self.engine.connect()
 
     def set_autocommit(self, conn: Any, autocommit: bool) -> None:
@@ -105,8 +109,11 @@ class EngineDBHook(DbApiHook):
         """Hold the named cross-process Engine DB lock (SPEC §8) as a context manager.
 
         :param timeout: seconds to wait (None: wait forever).
-        :param conn: PostgreSQL connection to hold the advisory lock on (default: a new one for the lock).
+        :param conn: PostgreSQL connection to hold a session advisory lock on (needs a direct connection or a
+            session-mode pooler). Default: a new connection holding an advisory transaction lock for the
+            block, which works behind a transaction-mode pooler too.
         :raises LockTimeoutError: not acquired in time; the message names the lock.
+        :raises ConfigurationError: with ``conn``, the unlock found the lock not held by its session.
         """
         return self.engine.lock(name, timeout, conn)
 
@@ -132,6 +139,7 @@ class EngineDBHook(DbApiHook):
         """Connect, check the schema, and report whether the Engine tables exist (Airflow's Test button)."""
         try:
             with closing(self.get_conn()) as conn:
+                self.engine.verify_schema(conn)
                 present = self.engine.table_names(conn) & ENGINE_TABLES
         except EtlCraftError as exc:
             return False, str(exc)

@@ -18,6 +18,7 @@ from airflow_provider_etl_craft._compat import (
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators import _airflow_view
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
+from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle, RunRow
@@ -120,7 +121,10 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                 codes = list(pipeline_tasks(self.dag, self.pipeline_code))
             except ValueError as exc:
                 raise AirflowFailException(f"[METADATA] {exc}") from None
-        with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
+        hook = self._hook()
+        with airflow_outcome():
+            require_same_machine(hook.engine.name, self, f"DAG {identity.dag_id}, task {self.task_id}")
+        with airflow_outcome(), hook.lifecycle(self.lock_timeout) as lifecycle:
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
                 if outcome.action == "SKIPPED":

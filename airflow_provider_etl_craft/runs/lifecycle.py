@@ -12,6 +12,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -196,6 +197,12 @@ class RunLifecycle:
 
     # -- helpers ---------------------------------------------------------------------------------------
 
+    def _locked(self, pipeline_code: str) -> AbstractContextManager[Any]:
+        """A write transaction holding the ``pipeline:<code>`` lock, released by its COMMIT or ROLLBACK."""
+        return self.engine.transaction(
+            self.conn, lock=pipeline_lock(pipeline_code), lock_timeout=self.lock_timeout
+        )
+
     def _exec(self, cur: Any, sql: str, params: tuple[Any, ...] = ()) -> Any:
         cur.execute(self.engine.sql(sql), params)
         return cur
@@ -277,12 +284,11 @@ class RunLifecycle:
         :raises EngineDBError: the Engine tables are missing, partial or not migrated to this release.
         """
         require_current(self.engine, self.conn)
-        with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn):
-            try:
-                with self.engine.transaction(self.conn) as cur:
-                    return self._claim(cur, pipeline_code, identity, task_codes, where)
-            except self.engine.integrity_error() as exc:
-                raise self._conflict(exc, f"claiming {identity.run_key} for {pipeline_code}") from None
+        try:
+            with self._locked(pipeline_code) as cur:
+                return self._claim(cur, pipeline_code, identity, task_codes, where)
+        except self.engine.integrity_error() as exc:
+            raise self._conflict(exc, f"claiming {identity.run_key} for {pipeline_code}") from None
 
     def _claim(self, cur: Any, code: str, identity: RunIdentity, task_codes: Collection[str] | None,
                where: str) -> ClaimOutcome:  # fmt: skip
@@ -426,8 +432,7 @@ class RunLifecycle:
 
         :return: False when the run was no longer IN-PROGRESS (someone else closed it first).
         """
-        with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn), \
-                self.engine.transaction(self.conn) as cur:  # fmt: skip
+        with self._locked(pipeline_code) as cur:
             row = self._exec(
                 cur, "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r "
                 "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE r.PIPELINE_RUN_ID = ? AND p.PIPELINE_CODE = ?"
@@ -562,15 +567,11 @@ class RunLifecycle:
         :raises StaleTransitionError: the attempt is no longer this try's (closed by a later try or finish).
         """
         now_db = self._now()[1]
-        cur = self.conn.cursor()
-        try:
-            updated = self._exec(
-                cur, "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'QUEUED', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "
-                "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = 'RUNNING'",
-                (now_db, now_db, clean_text(note), handle.attempt_id, handle.owner_id),
-            ).rowcount  # fmt: skip
-        finally:
-            cur.close()
+        updated = self.engine.execute(
+            self.conn, "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'QUEUED', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "
+            "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = 'RUNNING'",
+            (now_db, now_db, clean_text(note), handle.attempt_id, handle.owner_id),
+        ).rowcount  # fmt: skip
         if updated != 1:
             raise self._closed_by_someone_else(handle)
 
@@ -579,16 +580,13 @@ class RunLifecycle:
         """The common case in one round trip (see ``START_ATTEMPT_ONE_STATEMENT``); None: take the full path."""
         now_db = self._now()[1]
         owner = _owner_token()
-        cur = self.conn.cursor()
-        try:
-            row = self._exec(cur, START_ATTEMPT_ONE_STATEMENT, (
-                task_code, identity.run_key, code, now_db, attempt_number, owner, now_db, now_db, now_db,
-                socket.gethostname(), os.getpid(), log_path, identity.actor, identity.actor_kind,
-            )).fetchone()  # fmt: skip
-        finally:
-            cur.close()
-        if row is None:
+        rows = self.engine.execute(self.conn, START_ATTEMPT_ONE_STATEMENT, (
+            task_code, identity.run_key, code, now_db, attempt_number, owner, now_db, now_db, now_db,
+            socket.gethostname(), os.getpid(), log_path, identity.actor, identity.actor_kind,
+        )).rows  # fmt: skip
+        if not rows:
             return None
+        row = rows[0]
         return AttemptHandle(int(row[2]), int(row[1]), int(row[0]), attempt_number, owner, task_code)
 
     def _attempt_taken(self, code: str, task_code: str, identity: RunIdentity, attempt_number: int,
@@ -720,8 +718,7 @@ class RunLifecycle:
     def _reopen_for_task(
         self, code: str, run: RunRow, task_id: int, identity: RunIdentity, task_code: str
     ) -> None:
-        with self.engine.lock(pipeline_lock(code), self.lock_timeout, conn=self.conn), \
-                self.engine.transaction(self.conn) as cur:  # fmt: skip
+        with self._locked(code) as cur:
             busy = self._exec(
                 cur,
                 "SELECT r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, r.OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? AND "
@@ -764,14 +761,10 @@ class RunLifecycle:
         now_db = self._now()[1]
         simple = note is None and handle.map_index is None and not (status == "SUCCESS" and handle.consumes)
         if self.engine.writes_in_with and simple:
-            cur = self.conn.cursor()
-            try:
-                updated = self._exec(cur, FINISH_ATTEMPT_ONE_STATEMENT, (
-                    attempt_status, now_db, now_db, *values, message, handle.attempt_id, handle.owner_id,
-                    run_status, now_db, *values, message,
-                )).rowcount  # fmt: skip
-            finally:
-                cur.close()
+            updated = self.engine.execute(self.conn, FINISH_ATTEMPT_ONE_STATEMENT, (
+                attempt_status, now_db, now_db, *values, message, handle.attempt_id, handle.owner_id,
+                run_status, now_db, *values, message,
+            )).rowcount  # fmt: skip
             if updated != 1:
                 raise self._closed_by_someone_else(handle)
             return
@@ -850,8 +843,7 @@ class RunLifecycle:
             DAG run says (teardown tasks without ``on_failure_fail_dagrun``), like ``EMAIL_ALERT`` tasks.
         :raises RunStateError: no run with this key.
         """
-        with self.engine.lock(pipeline_lock(pipeline_code), self.lock_timeout, conn=self.conn), \
-                self.engine.transaction(self.conn) as cur:  # fmt: skip
+        with self._locked(pipeline_code) as cur:
             return self._finish_run(
                 cur, pipeline_code, identity, airflow_states, map_states or {}, frozenset(not_deciding)
             )

@@ -51,8 +51,8 @@ def control():
 def prepare(**context):
     hold = control().get("hold")
     hook = EngineDBHook()
-    seen = hook.get_records(
-        "SELECT RUN_KEY, STATUS FROM AUD_PIPELINES_RUN_LOG WHERE STATUS = 'IN-PROGRESS'")
+    seen = hook.get_records(  # the hook's own SQL names the Engine schema
+        f"SELECT RUN_KEY, STATUS FROM {hook.engine_profile.schema}.AUD_PIPELINES_RUN_LOG WHERE STATUS = 'IN-PROGRESS'")
     probe = Path(os.environ["E2E_PROBE_DIR"]) / (context["run_id"].replace(":", "_") + ".json")
     probe.write_text(json.dumps([list(r) for r in seen]))
     deadline = time.monotonic() + 120

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_provider_etl_craft.example_dags import demo
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 from tests.fixtures.fix_airflow import dag_bag_class
 
 EXAMPLES = Path(demo.__file__).parent
@@ -87,10 +87,10 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
     run = run_dag_test(dag)
     assert run.state == "success"
     hook = engine.hook()
-    assert hook.get_records("SELECT PIPELINE_CODE FROM CFG_PIPELINES") == [("DAILY_SALES",)]
-    assert hook.get_records("SELECT COUNT(*) FROM CFG_TASKS") == [(4,)]
+    assert engine_rows(hook, "SELECT PIPELINE_CODE FROM CFG_PIPELINES") == [("DAILY_SALES",)]
+    assert engine_rows(hook, "SELECT COUNT(*) FROM CFG_TASKS") == [(4,)]
     assert run_dag_test(dag).state == "success"  # a second run: nothing pending, nothing changed
-    ledger = hook.get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY SOURCE, VERSION")
+    ledger = engine_rows(hook, "SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY SOURCE, VERSION")
     assert [tuple(r) for r in ledger] == [
         ("ENGINE", "0001_schema"),
         ("ENGINE", "0002_map_index.sql"),
@@ -113,8 +113,8 @@ def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup
     run = run_dag_test(dag)
     assert run.state == "success"
     hook = engine.hook()
-    assert hook.get_records("SELECT STATUS FROM AUD_PIPELINES_RUN_LOG") == [("SUCCESS",)]
-    rows = dict(hook.get_records(
+    assert engine_rows(hook, "SELECT STATUS FROM AUD_PIPELINES_RUN_LOG") == [("SUCCESS",)]
+    rows = dict(engine_rows(hook,
         "SELECT t.TASK_CODE, tr.ROWS_WRITTEN FROM AUD_TASK_RUN_LOG tr JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID"))  # fmt: skip
     with sqlite3.connect(warehouse) as db:
         (orders,) = db.execute("SELECT COUNT(*) FROM orders").fetchone()

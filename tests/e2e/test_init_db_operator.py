@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +43,7 @@ def task_tries(run) -> tuple[str, int]:  # noqa: ANN001 - a DagRun
 
 def test_a_partial_engine_schema_fails_the_task_once_without_retries(engine: EngineSetup, airflow_db: Path,
                                                                       monkeypatch) -> None:  # fmt: skip
-    engine.hook().run("CREATE TABLE CFG_PIPELINES (PIPELINE_ID INTEGER)")
+    engine_rows(engine.hook(), "CREATE TABLE CFG_PIPELINES (PIPELINE_ID INTEGER)")
     conn = {"conn_type": "etl_craft", "extra": {"config_path": str(engine.config_path)}}
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_RETRY_TEST", json.dumps(conn))
     run = run_dag_test(load(airflow_db / "dags"))
@@ -59,7 +59,7 @@ def test_init_db_operator_succeeds_and_returns_what_it_did(
     run = run_dag_test(load(airflow_db / "dags"))
     assert run.state == "success"
     assert task_tries(run) == ("success", 1)
-    assert engine.hook().get_records("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY VERSION") == [
+    assert engine_rows(engine.hook(), "SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY VERSION") == [
         ("ENGINE", "0001_schema"),
         ("ENGINE", "0002_map_index.sql"),
     ]

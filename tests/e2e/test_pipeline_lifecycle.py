@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 from tests.e2e import pipeline_dags
 from tests.e2e.pipeline_dags import NO_FINISH_DAG, PIPELINE_DAG, UNKNOWN_TASK_DAG, load_dag, write_dag
 
@@ -49,8 +49,7 @@ class Pipeline:
 
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
         """Rows of ``sql`` (``?`` placeholders, rewritten for the dialect)."""
-        hook = self.engine.hook()
-        return [tuple(r) for r in hook.get_records(hook.engine.sql(sql), params)]
+        return engine_rows(self.engine.hook(), sql, params)
 
     def runs(self) -> list[tuple]:
         return self.rows("SELECT PIPELINE_RUN_ID, STATUS, RUN_KEY, TRIGGER_KIND, STARTED_BY_KIND, REPAIR_PENDING, "
@@ -245,12 +244,30 @@ def test_a_task_code_missing_from_cfg_tasks_fails_the_claim_without_retries(
 
 
 def test_an_inactive_pipeline_fails_the_claim_without_retries(pipeline: Pipeline, request) -> None:
-    pipeline.engine.hook().run("UPDATE CFG_PIPELINES SET ACTIVE_FLAG = 'N' WHERE PIPELINE_CODE = 'E2E_PIPE'")
+    engine_rows(
+        pipeline.engine.hook(), "UPDATE CFG_PIPELINES SET ACTIVE_FLAG = 'N' WHERE PIPELINE_CODE = 'E2E_PIPE'"
+    )
     dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "inactive")))
     run = run_dag_test(dag)
     assert run.state == "failed"
     assert pipeline.ti(dag.dag_id, run.run_id, "e2e_pipe.claim") == ("failed", 1)
     assert pipeline.runs() == []
+
+
+@pytest.mark.smoke
+def test_a_sqlite_engine_db_is_refused_under_an_executor_on_other_machines(
+    pipeline: Pipeline, request, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+    dag = load_dag(write_dag(pipeline.dags, PIPELINE_DAG, dag_id(request, "celery")))
+    run = run_dag_test(dag)
+    if pipeline.engine.dialect == "postgresql":  # a server every machine reaches: nothing to refuse
+        assert run.state == "success"
+        return
+    assert run.state == "failed"
+    assert pipeline.ti(dag.dag_id, run.run_id, "e2e_pipe.claim") == ("failed", 1)
+    assert pipeline.runs() == []
+    assert "CeleryExecutor runs tasks on other machines" in capfd.readouterr().out
 
 
 def test_two_dag_runs_at_once_the_second_claim_waits_without_a_worker_slot(pipeline: Pipeline, request,
@@ -296,7 +313,7 @@ def test_two_dag_runs_at_once_the_second_claim_waits_without_a_worker_slot(pipel
 def test_a_claim_that_waits_too_long_fails_naming_the_blocking_run(pipeline: Pipeline, request, capfd,
                                                                    caplog) -> None:  # fmt: skip
     # A run etl-craft itself started (not an Airflow key): the claim must wait for it, never close it.
-    pipeline.engine.hook().run(
+    engine_rows(pipeline.engine.hook(),
         "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, STATUS, RUN_KEY, TRIGGER_KIND) "
         "SELECT PIPELINE_ID, '2026-01-01T00:00:00.000Z', 'IN-PROGRESS', 'etl-craft:manual:7', 'MANUAL' "
         "FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'E2E_PIPE'")  # fmt: skip

@@ -92,10 +92,10 @@ def _session_facts(hook: EngineDBHook) -> tuple[str, str, bool]:
     with closing(hook.get_conn()) as conn:
         cur = conn.cursor()
         try:
-            cur.execute(
-                "SELECT current_user, current_schema(), ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
-            )
-            row = cur.fetchone()
+            row = hook.engine.query(  # the Engine schema is set per transaction, never on the session
+                conn,
+                "SELECT current_user, current_schema(), ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            )[0]
         finally:
             cur.close()
     assert row is not None
@@ -114,9 +114,7 @@ def _assert_logs_in(hook: EngineDBHook, role: str) -> None:
 
 def _reset_masker() -> None:
     """A fresh Airflow secret masker (the one ``_compat.redact`` uses), so masks from earlier tests don't count."""
-    from airflow_provider_etl_craft._compat import redact
-
-    importlib.import_module(redact.__module__).reset_secrets_masker()
+    importlib.import_module(_compat.resolve("redact").__module__).reset_secrets_masker()
 
 
 def _redacted(secret: str) -> str:

@@ -180,9 +180,8 @@ def make_hook(pg_cluster, oauth_db, endpoint, tmp_path: Path,
 
 
 def _scalar(hook: EngineDBHook, query: str) -> Any:
-    with closing(hook.get_conn()) as conn, conn.cursor() as cur:
-        cur.execute(query)
-        return cur.fetchone()[0]
+    with closing(hook.get_conn()) as conn:  # through the dialect: it sets the Engine schema per statement
+        return hook.engine.query(conn, query)[0][0]
 
 
 def _closed_port() -> int:

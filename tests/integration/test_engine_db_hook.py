@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sqlite3
+from contextlib import closing
 
 import pytest
 
@@ -40,14 +42,61 @@ def test_sqlite_older_than_3_35_is_refused_with_both_versions() -> None:
 
 
 @pytest.mark.postgres
-def test_postgres_connections_use_the_profile_schema_as_search_path(make_engine) -> None:
+def test_postgres_transactions_set_the_profile_schema_and_the_session_keeps_none(make_engine) -> None:
+    """No ``options=-c search_path`` (poolers refuse it): each transaction sets the schema for itself only."""
     setup = make_engine("postgresql")
     hook = setup.hook()
-    with hook.get_conn() as conn, conn.cursor() as cur:
-        cur.execute(
-            "SELECT current_schema(), current_setting('search_path'), current_setting('application_name')"
-        )
-        assert cur.fetchone() == (setup.database.schema, f'"{setup.database.schema}"', "etl-craft-airflow")
+    assert "options" not in hook.engine.connect_kwargs()
+    schema = setup.database.schema
+    with closing(hook.get_conn()) as conn:
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('search_path'), current_setting('application_name')")
+            assert cur.fetchone() == ('"$user", public', "etl-craft-airflow")
+        with hook.engine.transaction(conn) as cur:
+            cur.execute("SELECT current_schema(), current_setting('search_path')")
+            assert cur.fetchone() == (schema, schema)  # SET LOCAL search_path TO "<schema>"
+        assert hook.engine.query(conn, "SELECT current_schema()") == [(schema,)]
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('search_path')")
+            assert cur.fetchone() == ('"$user", public',)  # nothing stayed on the session
+
+
+@pytest.mark.postgres
+def test_postgres_url_options_are_passed_untouched(pg_database, tmp_path, monkeypatch) -> None:
+    text = pg_profile_yaml(pg_database).replace(
+        "?sslmode=require", "?sslmode=require&options=-c%20work_mem%3D8MB"
+    )
+    monkeypatch.setenv("ENGINE_SECRET", pg_database.password)
+    hook = EngineDBHook.from_config(write_config(tmp_path, text))
+    with closing(hook.get_conn()) as conn:
+        assert hook.engine.query(conn, "SELECT current_setting('work_mem'), current_schema()") == [
+            ("8MB", pg_database.schema)
+        ]
+
+
+@pytest.mark.postgres
+def test_postgres_schema_without_usage_stops_check_test_connection_and_init_db(
+    pg_database, tmp_path, monkeypatch
+) -> None:
+    """The schema exists but the role may not use it: current_schema() is NULL in its transactions."""
+    admin = pg_database.cluster.admin_connect(pg_database.name)
+    with closing(admin), admin.cursor() as cur:
+        cur.execute("CREATE SCHEMA no_usage")  # owned by the superuser; no GRANT to the profile's role
+    monkeypatch.setenv("ENGINE_SECRET", pg_database.password)
+    config = write_config(tmp_path, pg_profile_yaml(pg_database, schema="no_usage"))
+    hook = EngineDBHook.from_config(config)
+    naming = r"resolve names in schema no schema, not in the profile's schema \"no_usage\""
+    ok, message = hook.test_connection()
+    assert not ok and re.search(naming, message) and "GRANT USAGE" in message
+    with pytest.raises(ConfigurationError, match=naming):
+        hook.init_db()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", "--config", str(config)], out, err) == 3
+    assert re.search(r"\[FAIL\] schema: .*" + naming, out.getvalue())
+    admin = pg_database.cluster.admin_connect(pg_database.name)
+    with closing(admin), admin.cursor() as cur:  # init-db created nothing anywhere
+        cur.execute("SELECT count(*) FROM pg_tables WHERE schemaname IN ('public', 'no_usage')")
+        assert cur.fetchone() == (0,)
 
 
 @pytest.mark.postgres
@@ -129,10 +178,11 @@ def test_test_connection_reports_whether_the_engine_tables_exist(engine: EngineS
 def test_dbapi_methods_work_on_the_engine_db(engine: EngineSetup) -> None:
     hook = engine.hook()
     hook.init_db()
+    schema = hook.engine_profile.schema  # the hook's own SQL names the Engine schema (no session search_path)
     hook.run(
-        "INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('P1', 'One', 'FULL')"
+        f"INSERT INTO {schema}.CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('P1', 'One', 'FULL')"
     )
-    assert hook.get_records("SELECT PIPELINE_CODE, ACTIVE_FLAG FROM CFG_PIPELINES") == [("P1", "Y")]
+    assert hook.get_records(f"SELECT PIPELINE_CODE, ACTIVE_FLAG FROM {schema}.CFG_PIPELINES") == [("P1", "Y")]
 
 
 def test_file_backed_airflow_connection(engine: EngineSetup, monkeypatch) -> None:

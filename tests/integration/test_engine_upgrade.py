@@ -17,7 +17,7 @@ from airflow_provider_etl_craft.engine.schema import SCHEMA_VERSION, checksum, l
 from airflow_provider_etl_craft.errors import EngineDBError
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 
 PENDING = "0002_map_index.sql"
 
@@ -77,7 +77,7 @@ def columns(engine: EngineSetup, table: str) -> list[str]:
     hook = engine.hook()
     with closing(hook.get_conn()) as conn:
         cur = conn.cursor()
-        cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+        cur.execute(f"SELECT * FROM {hook.engine_profile.schema}.{table} WHERE 1 = 0")
         return [d[0].upper() for d in cur.description]
 
 
@@ -132,11 +132,13 @@ def test_an_engine_db_of_the_previous_release_is_migrated_in_place(engine: Engin
     assert dump(engine, "AUD_TASK_RUN_LOG", "STATUS, ATTEMPT_COUNT, ROWS_WRITTEN")[-1] == ("SUCCESS", 2, 5)
     hook = engine.hook()
     with pytest.raises(hook.engine.integrity_error()):
-        hook.run(
-            "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS) VALUES (2, 2, NULL, 'RUNNING')"
+        engine_rows(
+            hook,
+            "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS) VALUES (2, 2, NULL, 'RUNNING')",
         )
-    hook.run(
-        "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS) VALUES (2, 1, 0, 'RUNNING')"
+    engine_rows(
+        hook,
+        "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS) VALUES (2, 1, 0, 'RUNNING')",
     )
 
 

@@ -22,7 +22,7 @@ from airflow_provider_etl_craft.errors import RunStateError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity, RunLifecycle, TaskCounts
 from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 
 TYPES = ("SUCCESS", "FAILURE", "ALWAYS", "HAS_DATA")
 STATES = ("NONE", "IN-PROGRESS", "SUCCESS_ROWS", "SUCCESS_NO_ROWS", "FAILED", "SKIPPED", "CANCELLED")
@@ -96,7 +96,7 @@ class Db:
     serial: int = 0
 
     def records(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in self.hook.get_records(self.hook.engine.sql(sql), params)]
+        return engine_rows(self.hook, sql, params)
 
     def ident(self, dag: str, backfill: bool = False) -> RunIdentity:
         self.serial += 1

@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES, SCHEMA_VERSION
 from airflow_provider_etl_craft.errors import EngineDBError, MigrationError
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 
 
 def rows(setup: EngineSetup, sql: str) -> list[tuple]:
@@ -49,8 +49,9 @@ def test_init_db_twice_changes_nothing_the_second_time(engine: EngineSetup) -> N
 
 def test_init_db_refuses_a_partial_engine_schema(engine: EngineSetup) -> None:
     hook = engine.hook()
-    hook.run("CREATE TABLE CFG_PIPELINES (PIPELINE_ID INTEGER)")
-    hook.run("CREATE TABLE AUD_TASK_RUN_LOG (TASK_RUN_ID INTEGER)")
+    schema = hook.engine_profile.schema
+    hook.run(f"CREATE TABLE {schema}.CFG_PIPELINES (PIPELINE_ID INTEGER)")
+    hook.run(f"CREATE TABLE {schema}.AUD_TASK_RUN_LOG (TASK_RUN_ID INTEGER)")
     with pytest.raises(EngineDBError, match="found AUD_TASK_RUN_LOG, CFG_PIPELINES; missing"):
         hook.init_db()
     status, _, err = cli(engine, "init-db")
@@ -61,10 +62,7 @@ def test_init_db_refuses_a_partial_engine_schema(engine: EngineSetup) -> None:
 def test_init_db_refuses_a_schema_made_by_another_version(engine: EngineSetup) -> None:
     engine.hook().init_db()
     hook = engine.hook()
-    hook.run(
-        f"UPDATE SCHEMA_MIGRATIONS SET CHECKSUM = {hook.placeholder} WHERE SOURCE = 'ENGINE'",
-        parameters=("0" * 64,),
-    )
+    engine_rows(hook, "UPDATE SCHEMA_MIGRATIONS SET CHECKSUM = ? WHERE SOURCE = 'ENGINE'", ("0" * 64,))
     with pytest.raises(EngineDBError, match="different etl-craft version"):
         engine.hook().init_db()
 
@@ -186,3 +184,38 @@ def test_a_migrations_dir_typed_on_the_command_line_is_relative_to_the_working_d
         ["--config", "proj/craft-connector.yml", "migrate", "--migrations-dir", "migrations"], out, err
     )
     assert status == 3 and f"{tmp_path / 'migrations'} does not exist" in err.getvalue()
+
+
+@pytest.mark.postgres
+def test_two_processes_migrating_at_once_apply_each_file_once(make_engine, tmp_path: Path) -> None:
+    """Real processes started together on an empty schema: each file is applied by exactly one of them (a
+    second CREATE TABLE would fail), and the other finds it in the ledger inside its own locked transaction."""
+    import subprocess
+    import sys
+
+    setup = make_engine("postgresql")
+    files = {f"{n:04d}_t{n}.sql": f"CREATE TABLE T{n} (X INTEGER);\n" for n in range(1, 7)}
+    folder = write_migrations(tmp_path / "migs", files)
+    command = [
+        sys.executable,
+        "-m",
+        "airflow_provider_etl_craft.cli.main",
+        "migrate",
+        "--migrations-dir",
+        str(folder),
+        "--config",
+        str(setup.config_path),
+    ]
+    procs = [
+        subprocess.Popen(
+            command, env=setup.subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    applied = [line for out, _ in outputs for line in out.splitlines() if line.startswith("applied ")]
+    assert sorted(applied) == sorted(f"applied PROJECT {name}" for name in files)
+    assert sum("initialised" in out for out, _ in outputs) == 1  # the other found the schema made meanwhile
+    ledger = rows(setup, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'PROJECT' ORDER BY VERSION")
+    assert [r[0] for r in ledger] == sorted(files)

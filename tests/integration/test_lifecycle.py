@@ -1,7 +1,7 @@
 """The run lifecycle (SPEC §9) on real Engine DBs, both dialects: the exact AUD_ rows each step writes.
 
 Every test sets up the Engine DB with a project migration (written below into ``tmp_path``) and reads the
-rows back through ``EngineDBHook.get_records``.
+rows back through the dialect (``tests.conftest.engine_rows``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from airflow_provider_etl_craft.errors import (
 )
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import AttemptHandle, RunIdentity, RunLifecycle, RunRow, TaskCounts
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 
 # -- the project migration -------------------------------------------------------------------------------
 
@@ -95,12 +95,10 @@ class Db:
     lc: RunLifecycle
 
     def records(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        if params:
-            return [tuple(r) for r in self.hook.get_records(self.hook.engine.sql(sql), params)]
-        return [tuple(r) for r in self.hook.get_records(sql)]
+        return engine_rows(self.hook, sql, params)
 
     def execute(self, sql: str, *params: Any) -> None:
-        self.hook.run(self.hook.engine.sql(sql), autocommit=True, parameters=params)
+        engine_rows(self.hook, sql, params)
 
     def scalar(self, sql: str, *params: Any) -> Any:
         rows = self.records(sql, *params)

@@ -23,7 +23,7 @@ import pytest
 
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 
 SPAWN = multiprocessing.get_context("spawn")
 TIMEOUT = 120.0
@@ -55,7 +55,7 @@ def setup(engine: EngineSetup, tmp_path: Path) -> EngineSetup:
 
 
 def records(setup: EngineSetup, sql: str) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in setup.hook().get_records(sql)]
+    return engine_rows(setup.hook(), sql)
 
 
 # -- a pool of spawned worker processes ---------------------------------------------------------------------

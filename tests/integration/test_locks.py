@@ -19,7 +19,7 @@ import pytest
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine.locks import advisory_key
 from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
-from airflow_provider_etl_craft.errors import LockTimeoutError
+from airflow_provider_etl_craft.errors import ConfigurationError, LockTimeoutError
 from tests.conftest import EngineSetup, pg_profile_yaml, write_config
 
 HOLDER = """
@@ -191,3 +191,111 @@ def test_the_lock_wait_bound_does_not_outlive_the_wait(make_engine) -> None:
             with pytest.raises(LockTimeoutError), hook.engine.lock("pipeline:SALES", timeout=0.3, conn=conn):
                 pass
             assert lock_timeout() == "0"
+
+
+# -- locks taken inside the transaction that needs them (PostgreSQL advisory transaction locks) -------------
+
+
+def advisory_rows(setup: EngineSetup, name: str) -> list[tuple[int, bool]]:
+    """(pid, granted) of every advisory lock on ``name``'s key, seen from a separate admin connection."""
+    key = advisory_key(setup.database.schema, name)
+    admin = setup.database.cluster.admin_connect(setup.database.name)
+    with closing(admin), admin.cursor() as cur:
+        cur.execute(
+            "SELECT pid, granted FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s "
+            "AND objsubid = 1 ORDER BY granted DESC",
+            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+        )
+        return [(int(pid), bool(granted)) for pid, granted in cur.fetchall()]
+
+
+@pytest.mark.postgres
+def test_a_locked_transaction_holds_the_lock_until_its_commit_or_rollback(make_engine) -> None:
+    """The lock belongs to the transaction: the server drops it at COMMIT and at ROLLBACK, nothing else does."""
+    setup = make_engine("postgresql")
+    hook = setup.hook()
+    with closing(hook.get_conn()) as conn:
+        with hook.engine.transaction(conn, lock="pipeline:SALES", lock_timeout=5) as cur:
+            cur.execute("SELECT pg_backend_pid(), current_setting('lock_timeout'), current_schema()")
+            pid, bound, schema = cur.fetchone()
+            assert advisory_rows(setup, "pipeline:SALES") == [(pid, True)]
+            assert bound == "0"  # the wait bound ended with the wait
+            assert schema == setup.database.schema
+        assert advisory_rows(setup, "pipeline:SALES") == []
+        with pytest.raises(RuntimeError, match="boom"), hook.engine.transaction(conn, lock="pipeline:SALES"):
+            assert len(advisory_rows(setup, "pipeline:SALES")) == 1
+            raise RuntimeError("boom")
+        assert advisory_rows(setup, "pipeline:SALES") == []
+        assert hook.engine.query(conn, "SELECT current_setting('lock_timeout')") == [("0",)]
+
+
+@pytest.mark.postgres
+def test_a_second_connection_waits_then_times_out_and_gets_the_lock_after_the_rollback(make_engine) -> None:
+    setup = make_engine("postgresql")
+    hook = setup.hook()
+    key = advisory_key(setup.database.schema, "pipeline:SALES")
+    with closing(hook.get_conn()) as first, closing(hook.get_conn()) as second:
+        message = rf"lock 'pipeline:SALES' \(advisory key {key} for schema {setup.database.schema}\) .*0\.3s"
+        with (
+            pytest.raises(RuntimeError, match="first ends"),
+            hook.engine.transaction(first, lock="pipeline:SALES"),
+        ):
+            started = time.monotonic()
+            with (
+                pytest.raises(LockTimeoutError, match=message),
+                hook.engine.transaction(second, lock="pipeline:SALES", lock_timeout=0.3),
+            ):
+                pytest.fail("the second connection got a lock the first holds")
+            assert 0.25 <= time.monotonic() - started < 5  # it waited for its bound, not less
+            assert [granted for _, granted in advisory_rows(setup, "pipeline:SALES")] == [True]
+            # the failed wait left the second connection usable, outside any transaction
+            assert hook.engine.query(second, "SELECT current_setting('lock_timeout')") == [("0",)]
+            raise RuntimeError("first ends")  # ROLLBACK
+        with hook.engine.transaction(second, lock="pipeline:SALES", lock_timeout=0.3):
+            pass
+    assert advisory_rows(setup, "pipeline:SALES") == []
+
+
+@pytest.mark.postgres
+def test_a_session_lock_of_a_not_yet_upgraded_worker_blocks_the_transaction_lock(make_engine) -> None:
+    """Old releases took ``pg_advisory_lock`` on the same key: both kinds exclude each other during an upgrade."""
+    setup = make_engine("postgresql")
+    hook = setup.hook()
+    key = advisory_key(setup.database.schema, "pipeline:SALES")
+    with closing(hook.get_conn()) as old_worker, closing(hook.get_conn()) as conn:
+        with old_worker.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", (key,))
+        with (
+            pytest.raises(LockTimeoutError, match="pipeline:SALES"),
+            hook.engine.transaction(conn, lock="pipeline:SALES", lock_timeout=0.3),
+        ):
+            pass
+        with old_worker.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            assert cur.fetchone() == (True,)
+        # and the other way round: the new transaction lock blocks an old worker's session lock
+        with (
+            hook.engine.transaction(conn, lock="pipeline:SALES", lock_timeout=0.3),
+            old_worker.cursor() as cur,
+        ):
+            cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+            assert cur.fetchone() == (False,)
+
+
+@pytest.mark.postgres
+def test_a_session_unlock_on_a_session_that_does_not_hold_the_lock_is_an_error(make_engine) -> None:
+    """As behind a transaction pooler, where the unlock reaches another server session than the lock."""
+    setup = make_engine("postgresql")
+    hook = setup.hook()
+    with closing(hook.get_conn()) as conn:
+        not_held = r"lock 'pipeline:SALES' .*not held by the session"
+        with (
+            pytest.raises(ConfigurationError, match=not_held),
+            hook.lock("pipeline:SALES", timeout=5, conn=conn),
+        ):
+            hook.engine.query(conn, "SELECT pg_advisory_unlock_all()")  # the lock is gone from this session
+        # the locked code's own error is never replaced
+        with pytest.raises(RuntimeError, match="body"), hook.lock("pipeline:SALES", timeout=5, conn=conn):
+            hook.engine.query(conn, "SELECT pg_advisory_unlock_all()")
+            raise RuntimeError("body")
+    assert advisory_rows(setup, "pipeline:SALES") == []

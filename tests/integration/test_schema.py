@@ -956,3 +956,25 @@ def test_unique_rules_of_spec_are_declared(db: EngineDB) -> None:
         ("AUD_TASK_ATTEMPTS", ("TASK_RUN_ID", "<expr>", "ATTEMPT_NUMBER"), None),
         ("AUD_PIPELINE_PAUSES", ("PIPELINE_ID",), frozenset()),
     } <= keys
+
+
+@pytest.mark.postgres
+def test_init_db_creates_the_tables_in_the_profiles_schema_without_a_session_search_path(make_engine) -> None:
+    """The role's default search_path is ``"$user", public`` and it may create in public (it owns the
+    database): the tables must still land in the profile's schema, and nothing in public."""
+    from contextlib import closing
+
+    from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
+
+    setup = make_engine("postgresql")
+    result = setup.hook().init_db()
+    assert result.created and f"schema {setup.database.schema}" in result.message
+    admin = setup.database.cluster.admin_connect(setup.database.name)
+    with closing(admin), admin.cursor() as cur:
+        cur.execute(
+            "SELECT schemaname, upper(tablename) FROM pg_tables WHERE schemaname IN ('public', %s)",
+            (setup.database.schema,),
+        )
+        found = cur.fetchall()
+    assert {name for schema, name in found if schema == setup.database.schema} == ENGINE_TABLES
+    assert [name for schema, name in found if schema == "public"] == []

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 from tests.reliability import workers
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -64,8 +64,7 @@ def seed(engine: EngineSetup, pipelines: dict[str, Sequence[str]]) -> None:
 
 def rows(engine: EngineSetup, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     """Rows of ``sql`` (``?`` placeholders) read on a fresh connection."""
-    hook = engine.hook()
-    return [tuple(r) for r in hook.get_records(hook.engine.sql(sql), params or None)]
+    return engine_rows(engine.hook(), sql, params)
 
 
 def scalar(engine: EngineSetup, sql: str, *params: Any) -> Any:

@@ -62,17 +62,14 @@ def test_sixteen_processes_claiming_one_pipeline_never_overlap_and_lose_nothing(
 
     # The test process samples the IN-PROGRESS rows of the pipeline until every worker is done; meanwhile it
     # ends the gate once every worker was blocked by it, and lets HOLDER go on once it has seen HOLDER's run.
-    sql = hook.engine.sql("SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p "
+    sql = ("SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p "
                           "ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND r.STATUS = 'IN-PROGRESS'")  # fmt: skip
     samples, overlaps, seen_live = 0, [], set()
     phase, held_id, gate_status = "gate", None, None
     try:
         with closing(hook.get_conn()) as conn:
             while not job.finished and time.monotonic() - started < RACE_DEADLINE + 30:
-                cur = conn.cursor()
-                cur.execute(sql, (PIPELINE,))
-                live = [r[0] for r in cur.fetchall()]
-                cur.close()
+                live = [r[0] for r in hook.engine.query(conn, sql, (PIPELINE,))]
                 samples += 1
                 seen_live.update(live)
                 if len(live) > 1:

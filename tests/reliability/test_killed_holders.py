@@ -145,7 +145,8 @@ def test_a_process_killed_inside_a_write_transaction_blocks_nobody(engine: Engin
             cur.execute("SET lock_timeout = '200ms'")
             with pytest.raises(psycopg2.errors.LockNotAvailable):
                 cur.execute(
-                    "SELECT 1 FROM AUD_PIPELINES_RUN_LOG WHERE RUN_KEY = %s FOR UPDATE", (run.run_key,)
+                    f"SELECT 1 FROM {hook.engine_profile.schema}.AUD_PIPELINES_RUN_LOG WHERE RUN_KEY = %s FOR UPDATE",
+                    (run.run_key,),
                 )
     finally:
         conn.close()

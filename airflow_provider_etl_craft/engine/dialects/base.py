@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.config.profile import EngineProfile
+
+
+@dataclass(frozen=True)
+class StatementResult:
+    """What one statement returned: its rows (empty for statements without results) and its row count."""
+
+    rows: list[tuple[Any, ...]]
+    rowcount: int
 
 
 class EngineDialect(ABC):
@@ -64,29 +73,65 @@ class EngineDialect(ABC):
         return datetime.now(UTC)
 
     @contextmanager
-    def transaction(self, conn: Any) -> Iterator[Any]:
-        """Open a write transaction on ``conn``; commit on success, roll back on error. Yields a cursor."""
-        cur = conn.cursor()
-        cur.execute(self.begin_statement)
-        try:
-            yield cur
-        except BaseException:
-            # If the connection is gone the server has rolled back already; keep the original error.
-            with suppress(Exception):
-                cur.execute("ROLLBACK")
-            raise
-        else:
-            cur.execute("COMMIT")
-        finally:
-            cur.close()
+    def transaction(
+        self, conn: Any, lock: str | None = None, lock_timeout: float | None = None
+    ) -> Iterator[Any]:
+        """Open a write transaction on ``conn``; commit on success, roll back on error. Yields a cursor.
 
-    def schema_transaction(self, conn: Any) -> AbstractContextManager[Any]:
+        With ``lock``, the named cross-process lock (SPEC §8) is taken for exactly this transaction (a
+        PostgreSQL advisory *transaction* lock, a lock file around ``BEGIN IMMEDIATE`` on SQLite), so it is
+        released by the COMMIT or ROLLBACK, on the same server session, even behind a transaction pooler.
+
+        :param lock_timeout: seconds to wait for ``lock`` (None: wait forever).
+        :raises LockTimeoutError: ``lock`` was not acquired in time; nothing was done.
+        """
+        with self._transaction_lock(lock, lock_timeout):
+            cur = conn.cursor()
+            try:
+                self.begin(cur, lock, lock_timeout)
+            except BaseException:
+                cur.close()
+                raise
+            try:
+                yield cur
+            except BaseException:
+                # If the connection is gone the server has rolled back already; keep the original error.
+                with suppress(Exception):
+                    cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+
+    def _transaction_lock(self, lock: str | None, timeout: float | None) -> AbstractContextManager[None]:
+        """What holds ``lock`` around the whole transaction (SQLite's lock file); nothing by default."""
+        return nullcontext()
+
+    def begin(self, cur: Any, lock: str | None, lock_timeout: float | None) -> None:
+        """Open the transaction on ``cur`` (and take ``lock`` inside it where the database can)."""
+        cur.execute(self.begin_statement)
+
+    def schema_transaction(
+        self, conn: Any, lock: str | None = None, lock_timeout: float | None = None
+    ) -> AbstractContextManager[Any]:
         """A transaction for schema changes (init-db, migrations); SQLite widens it (see its dialect)."""
-        return self.transaction(conn)
+        return self.transaction(conn, lock, lock_timeout)
+
+    def verify_schema(self, conn: Any) -> None:
+        """Check that transactions on ``conn`` resolve names in the profile's schema (PostgreSQL).
+
+        :raises ConfigurationError: they do not (the role cannot use the schema).
+        """
+        return None  # SQLite: a database file has no schemas to resolve
 
     @abstractmethod
     def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
-        """Hold the named cross-process lock (SPEC §8); ``conn`` may be reused where the lock needs one."""
+        """Hold the named cross-process lock (SPEC §8) around code that is not one transaction.
+
+        Prefer ``transaction(conn, lock=name)``, which ties the lock to the transaction that needs it.
+        ``conn`` may be reused where the lock needs one (PostgreSQL then holds a session lock on it).
+        """
 
     @abstractmethod
     def set_autocommit(self, conn: Any, autocommit: bool) -> None:
@@ -100,9 +145,15 @@ class EngineDialect(ABC):
     def execute_script(self, cursor: Any, text: str) -> None:
         """Run a multi-statement SQL file inside the caller's transaction."""
 
+    def table_names(self, conn: Any, cur: Any | None = None) -> set[str]:
+        """Upper-cased names of the tables in the Engine schema (on ``cur``, inside its transaction, if given)."""
+        text, params = self.table_names_query()
+        rows = self.rows(cur, text, params) if cur is not None else self.query(conn, text, params)
+        return {r[0] for r in rows if not r[0].startswith("SQLITE_")}
+
     @abstractmethod
-    def table_names(self, conn: Any) -> set[str]:
-        """Upper-cased names of the tables in the Engine schema."""
+    def table_names_query(self) -> tuple[str, tuple[Any, ...]]:
+        """SQL (``?`` placeholders) and parameters listing the upper-cased table names of the Engine schema."""
 
     def sql(self, text: str) -> str:
         """Callers' SQL as this database takes it (cached; SQL texts are constants): see :meth:`translate`."""
@@ -118,13 +169,25 @@ class EngineDialect(ABC):
         return text.replace("%", "%%").replace("?", self.placeholder)
 
     def query(self, conn: Any, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement and return all rows (empty for statements without results)."""
+        """Run one statement outside an explicit transaction and return all rows (empty without results)."""
+        return self.execute(conn, text, params).rows
+
+    def execute(self, conn: Any, text: str, params: Sequence[Any] = ()) -> StatementResult:
+        """Run one statement on autocommit ``conn`` as its own transaction: its rows and row count.
+
+        PostgreSQL scopes the Engine schema to that transaction (no session state, see its dialect).
+        """
         cur = conn.cursor()
         try:
             cur.execute(self.sql(text), tuple(params))
-            return list(cur.fetchall()) if cur.description else []
+            return StatementResult(list(cur.fetchall()) if cur.description else [], cur.rowcount)
         finally:
             cur.close()
+
+    def rows(self, cur: Any, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement on ``cur`` (inside the caller's transaction) and return all rows."""
+        cur.execute(self.sql(text), tuple(params))
+        return list(cur.fetchall()) if cur.description else []
 
     def describe(self) -> str:
         return self.profile.target.describe()

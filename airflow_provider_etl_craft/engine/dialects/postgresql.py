@@ -1,14 +1,21 @@
-"""PostgreSQL Engine DBs: psycopg2 connections with ``search_path`` = the Engine schema, advisory locks."""
+"""PostgreSQL Engine DBs: psycopg2 connections, the Engine schema set per transaction, advisory locks.
+
+Nothing is kept in the server session (no ``search_path`` startup option, no session locks taken by the
+Engine itself), so the provider works behind a transaction-mode pooler (PgBouncer ``pool_mode =
+transaction``): every transaction starts with ``SET LOCAL search_path``, and a named lock is an advisory
+*transaction* lock taken inside the transaction that needs it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import locks
-from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
 from airflow_provider_etl_craft.engine.url import PostgresTarget
 from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreachableError
 
@@ -33,6 +40,10 @@ class PostgresDialect(EngineDialect):
     name = "postgresql"
     placeholder = "%s"
     writes_in_with = True
+
+    def __init__(self, profile: Any) -> None:
+        super().__init__(profile)
+        self._scoped_cache: dict[str, str] = {}
 
     def to_db_time(self, value: datetime) -> datetime:
         return value.astimezone(UTC)
@@ -74,7 +85,10 @@ class PostgresDialect(EngineDialect):
         return target
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Everything passed to ``psycopg2.connect``; holds secrets, so never log it (use :meth:`describe`)."""
+        """Everything passed to ``psycopg2.connect``; holds secrets, so never log it (use :meth:`describe`).
+
+        No ``options`` of its own (poolers refuse that startup parameter); the URL's are passed as given.
+        """
         target, profile = self.target, self.profile
         kwargs: dict[str, Any] = {
             "connect_timeout": DEFAULT_CONNECT_TIMEOUT,
@@ -84,8 +98,6 @@ class PostgresDialect(EngineDialect):
             "port": target.port,
             "dbname": target.database,
         }
-        search_path = f'-c search_path="{profile.schema}"'
-        kwargs["options"] = f"{kwargs['options']} {search_path}" if kwargs.get("options") else search_path
         kwargs.update(profile.auth().connect_kwargs(profile))
         return kwargs
 
@@ -97,8 +109,8 @@ class PostgresDialect(EngineDialect):
             raise self._connect_error(exc) from None
         conn.autocommit = True
         with conn.cursor() as cur:
-            cur.execute("SELECT current_schema()")
-            (found,) = cur.fetchone()
+            cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.profile.schema,))
+            found = cur.fetchone()
         if found is None:
             conn.close()
             raise ConfigurationError(
@@ -108,6 +120,83 @@ class PostgresDialect(EngineDialect):
                 "CREATE on it"
             )
         return conn
+
+    def verify_schema(self, conn: Any) -> None:
+        """Inside a transaction, after its ``SET LOCAL search_path``, ``current_schema()`` must be the profile's.
+
+        It is NULL when the role lacks USAGE on the schema (and the schema is then useless to it).
+        """
+        with self.transaction(conn) as cur:
+            cur.execute("SELECT current_schema()")
+            (found,) = cur.fetchone()
+        if found != self.profile.schema:
+            raise ConfigurationError(
+                f"transactions on {self.describe()} as {self.profile.user or 'the default role'} resolve names in "
+                f"schema {'no schema' if found is None else repr(found)}, not in the profile's schema "
+                f'"{self.profile.schema}" ({self.profile.setting("schema")}); ask an administrator to GRANT USAGE, '
+                f"CREATE ON SCHEMA {self.profile.schema} to your role"
+            )
+
+    @property
+    def _one_round_trip(self) -> bool:
+        """psycopg2 interpolates parameters client-side, so several statements go as one query string.
+
+        psycopg 3 binds them server-side, one statement per execute.
+        """
+        return self.profile.auth().driver != "psycopg"
+
+    def _set_search_path(self) -> str:
+        schema = self.profile.schema
+        if not SCHEMA_NAME.fullmatch(schema):  # validated by the profile already; never trust it into SQL
+            raise ConfigurationError(f"schema {schema!r} is not a plain identifier")
+        return f'SET LOCAL search_path TO "{schema}"'
+
+    def begin(self, cur: Any, lock: str | None, lock_timeout: float | None) -> None:
+        """``BEGIN``, the Engine schema for this transaction, and ``lock`` as an advisory transaction lock.
+
+        ``lock_timeout`` bounds only the lock wait: it is set just before and reset to 0 just after, both
+        ``LOCAL``. With psycopg2 all of it is one round trip.
+
+        :raises LockTimeoutError: the wait hit ``lock_timeout`` (SQLSTATE 55P03); the transaction is rolled back.
+        """
+        steps: list[tuple[str, tuple[Any, ...]]] = [("BEGIN", ()), (self._set_search_path(), ())]
+        if lock is not None:
+            locks.check_lock_name(lock)
+            millis = 0 if lock_timeout is None else max(1, int(lock_timeout * 1000))
+            steps += [
+                ("SELECT set_config('lock_timeout', %s, true)", (f"{millis}ms",)),
+                ("SELECT pg_advisory_xact_lock(%s)", (locks.advisory_key(self.profile.schema, lock),)),
+                ("SET LOCAL lock_timeout = 0", ()),
+            ]
+        try:
+            if self._one_round_trip:
+                cur.execute("; ".join(text for text, _ in steps), tuple(p for _, ps in steps for p in ps))
+            else:
+                for text, params in steps:
+                    cur.execute(text, params or None)
+        except Exception as exc:
+            with suppress(Exception):
+                cur.execute("ROLLBACK")
+            if lock is not None and locks.sqlstate(exc) == locks.LOCK_NOT_AVAILABLE:
+                raise locks.lock_timeout_error(self.profile.schema, lock, lock_timeout) from None
+            raise
+
+    def execute(self, conn: Any, text: str, params: Sequence[Any] = ()) -> StatementResult:
+        """One statement with the Engine schema set for it alone: with psycopg2 ``SET LOCAL search_path; <sql>``
+        in one query string, which the server runs as one implicit transaction (one round trip)."""
+        if not self._one_round_trip:
+            with self.transaction(conn) as cur:
+                cur.execute(self.sql(text), tuple(params))
+                return StatementResult(list(cur.fetchall()) if cur.description else [], cur.rowcount)
+        scoped = self._scoped_cache.get(text)
+        if scoped is None:
+            scoped = self._scoped_cache[text] = f"{self._set_search_path()}; {self.sql(text)}"
+        cur = conn.cursor()
+        try:
+            cur.execute(scoped, tuple(params))
+            return StatementResult(list(cur.fetchall()) if cur.description else [], cur.rowcount)
+        finally:
+            cur.close()
 
     def _connect_error(self, exc: Exception) -> Exception:
         detail = (str(exc).strip().splitlines() or ["no detail"])[0]
@@ -128,16 +217,26 @@ class PostgresDialect(EngineDialect):
 
     @contextmanager
     def _lock(self, name: str, timeout: float | None, conn: Any | None) -> Iterator[None]:
-        own = conn is None
-        lock_conn = self.connect() if own else conn
+        if conn is not None:
+            with locks.advisory_lock(conn, self.profile.schema, name, timeout):
+                yield
+            return
+        # A connection of its own: the lock is a transaction lock on it, held while the transaction is open,
+        # so it is released by the same server session (also behind a transaction pooler) or when that dies.
+        own = self.connect()
         try:
-            with locks.advisory_lock(lock_conn, self.profile.schema, name, timeout):
+            with self.transaction(own, lock=name, lock_timeout=timeout):
                 yield
         finally:
-            if own:
-                lock_conn.close()
+            own.close()
 
     def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
+        """Hold ``name`` around code that is not one transaction.
+
+        Without ``conn``: an advisory transaction lock on a connection of its own, open until the block ends.
+        With ``conn``: a session lock on it (the caller keeps using ``conn`` in autocommit inside the block),
+        whose unlock is checked (see :func:`~airflow_provider_etl_craft.engine.locks.advisory_lock`).
+        """
         locks.check_lock_name(name)
         return self._lock(name, timeout, conn)
 
@@ -150,10 +249,9 @@ class PostgresDialect(EngineDialect):
     def execute_script(self, cursor: Any, text: str) -> None:
         cursor.execute(text)
 
-    def table_names(self, conn: Any) -> set[str]:
-        rows = self.query(
-            conn,
+    def table_names_query(self) -> tuple[str, tuple[Any, ...]]:
+        return (
             "SELECT upper(c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')",
+            "WHERE n.nspname = ? AND c.relkind IN ('r', 'p')",
+            (self.profile.schema,),
         )
-        return {r[0] for r in rows}

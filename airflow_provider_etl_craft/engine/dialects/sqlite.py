@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,27 +50,34 @@ class SqliteDialect(EngineDialect):
     def database_error(self) -> type[Exception]:
         return sqlite3.Error
 
+    def _transaction_lock(self, lock: str | None, timeout: float | None) -> AbstractContextManager[None]:
+        # The lock file is taken before BEGIN IMMEDIATE and given back after COMMIT/ROLLBACK.
+        return nullcontext() if lock is None else locks.file_lock(self.path, lock, timeout)
+
     @contextmanager
-    def schema_transaction(self, conn: Any) -> Iterator[Any]:
+    def schema_transaction(
+        self, conn: Any, lock: str | None = None, lock_timeout: float | None = None
+    ) -> Iterator[Any]:
         """SQLite's procedure for changes it cannot ALTER in place (a table rebuilt and renamed).
 
         Foreign keys are switched off for this connection around the transaction (the pragma is a no-op
         inside one) and checked with ``PRAGMA foreign_key_check`` before COMMIT, so a change that breaks
-        a reference rolls back like any failing statement.
+        a reference rolls back like any failing statement. ``lock`` (a lock file) is held around all of it.
         """
-        conn.execute("PRAGMA foreign_keys=OFF")
-        try:
-            with self.transaction(conn) as cur:
-                yield cur
-                broken = cur.execute("PRAGMA foreign_key_check").fetchall()
-                if broken:
-                    table, rowid, parent, _ = broken[0]
-                    raise sqlite3.IntegrityError(
-                        f"FOREIGN KEY constraint failed: {table} row {rowid} references a missing {parent} row "
-                        f"({len(broken)} broken reference(s))"
-                    )
-        finally:
-            conn.execute("PRAGMA foreign_keys=ON")
+        with self._transaction_lock(lock, lock_timeout):
+            conn.execute("PRAGMA foreign_keys=OFF")
+            try:
+                with self.transaction(conn) as cur:
+                    yield cur
+                    broken = cur.execute("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        table, rowid, parent, _ = broken[0]
+                        raise sqlite3.IntegrityError(
+                            f"FOREIGN KEY constraint failed: {table} row {rowid} references a missing {parent} "
+                            f"row ({len(broken)} broken reference(s))"
+                        )
+            finally:
+                conn.execute("PRAGMA foreign_keys=ON")
 
     def translate(self, text: str) -> str:
         # BEGIN IMMEDIATE already holds the database's write lock: SQLite has (and needs) no row locks.
@@ -114,9 +121,8 @@ class SqliteDialect(EngineDialect):
         for statement in split_statements(text):
             cursor.execute(statement)
 
-    def table_names(self, conn: Any) -> set[str]:
-        rows = self.query(conn, "SELECT upper(name) FROM sqlite_master WHERE type = 'table'")
-        return {r[0] for r in rows if not r[0].startswith("SQLITE_")}
+    def table_names_query(self) -> tuple[str, tuple[Any, ...]]:
+        return "SELECT upper(name) FROM sqlite_master WHERE type = 'table'", ()
 
 
 def split_statements(text: str) -> list[str]:

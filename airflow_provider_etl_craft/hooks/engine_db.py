@@ -119,14 +119,14 @@ class EngineDBHook(DbApiHook):
 
     def init_db(self, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> InitResult:
         """Create the Engine tables (idempotent). See :func:`~airflow_provider_etl_craft.engine.schema.init_db`."""
-        with closing(self.get_conn()) as conn:
+        with closing(self.engine.connect(create=True)) as conn:
             return init_db(self.engine, conn, lock_timeout)
 
     def migrate(self, migrations_dir: str | Path | None = None,
                 lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> MigrateResult:  # fmt: skip
         """init-db if needed, then packaged and project migrations. See :func:`~…engine.migrations.migrate`."""
         project_dir = find_migrations_dir(migrations_dir, self.engine_profile.base_dir)
-        with closing(self.get_conn()) as conn:
+        with closing(self.engine.connect(create=True)) as conn:
             return migrate(self.engine, conn, project_dir, lock_timeout)
 
     @contextmanager

@@ -38,6 +38,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,7 +50,7 @@ import psutil
 import psycopg2
 
 from airflow_provider_etl_craft.example_dags import demo
-from tests.conftest import EngineSetup, pg_profile_yaml, write_config
+from tests.conftest import EngineSetup, engine_rows, pg_profile_yaml, write_config
 from tests.fixtures.fix_airflow import airflow_cli
 from tests.fixtures.fix_pg import PgCluster, PgDatabase
 
@@ -135,13 +136,14 @@ class Engine:
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         """Rows of ``sql`` (``?`` placeholders, rewritten for the dialect) on a fresh connection."""
-        hook = self.setup.hook()
-        return [tuple(r) for r in hook.get_records(hook.engine.sql(sql), params or None)]
+        return engine_rows(self.setup.hook(), sql, params)
 
     def add_pipeline(self, code: str, tasks: Sequence[str]) -> None:
         """Insert an active CFG_PIPELINES row and its CFG_TASKS (each test uses its own pipeline code)."""
         hook = self.setup.hook()
-        hook.run(pipeline_sql(code, tasks), autocommit=True)
+        with closing(hook.get_conn()) as conn, hook.engine.transaction(conn) as cur:
+            for statement in pipeline_sql(code, tasks):
+                cur.execute(statement)
 
     def runs(self, code: str) -> list[dict[str, Any]]:
         cols = (

@@ -43,6 +43,7 @@ def task_tries(run) -> tuple[str, int]:  # noqa: ANN001 - a DagRun
 
 def test_a_partial_engine_schema_fails_the_task_once_without_retries(engine: EngineSetup, airflow_db: Path,
                                                                       monkeypatch) -> None:  # fmt: skip
+    engine.hook().engine.connect(create=True).close()  # on SQLite: a file someone made by hand
     engine_rows(engine.hook(), "CREATE TABLE CFG_PIPELINES (PIPELINE_ID INTEGER)")
     conn = {"conn_type": "etl_craft", "extra": {"config_path": str(engine.config_path)}}
     monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_RETRY_TEST", json.dumps(conn))

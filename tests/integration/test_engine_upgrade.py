@@ -58,7 +58,7 @@ def previous_release(engine: EngineSetup) -> None:
     hook = engine.hook()
     dialect = hook.engine
     text = schema_text(dialect.name)
-    with closing(hook.get_conn()) as conn, dialect.transaction(conn) as cur:
+    with closing(dialect.connect(create=True)) as conn, dialect.transaction(conn) as cur:
         dialect.execute_script(cur, text)
         cur.execute(dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)"),
                     (SCHEMA_VERSION, checksum(text)))  # fmt: skip

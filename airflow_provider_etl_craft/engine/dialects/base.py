@@ -35,10 +35,13 @@ class EngineDialect(ABC):
         self._sql_cache: dict[str, str] = {}
 
     @abstractmethod
-    def connect(self) -> Any:
-        """A new DB-API connection in autocommit mode, session set up (pragmas or search_path, checks done).
+    def connect(self, create: bool = False) -> Any:
+        """A new DB-API connection in autocommit mode, session set up (pragmas, checks done).
 
+        :param create: may create the database itself where the dialect can (a SQLite file): only init-db
+            and migrate pass it, so no other path makes an empty Engine DB by accident.
         :raises ConfigurationError: bad settings, missing schema, failed login.
+        :raises EngineDBError: the SQLite file does not exist and ``create`` is false.
         :raises EngineUnreachableError: the database did not answer (retryable).
         """
 

@@ -101,7 +101,7 @@ class PostgresDialect(EngineDialect):
         kwargs.update(profile.auth().connect_kwargs(profile))
         return kwargs
 
-    def connect(self) -> Any:
+    def connect(self, create: bool = False) -> Any:  # a server database is never created here
         driver = self._driver_module()
         try:
             conn = driver.connect(**self.connect_kwargs())

@@ -12,7 +12,7 @@ from typing import Any
 from airflow_provider_etl_craft.engine import locks
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.url import SqliteTarget
-from airflow_provider_etl_craft.errors import ConfigurationError
+from airflow_provider_etl_craft.errors import ConfigurationError, EngineDBError
 
 MIN_VERSION = (3, 35, 0)
 _ROW_LOCK = re.compile(r"\s+FOR\s+(?:UPDATE|SHARE)\s*$", re.IGNORECASE)
@@ -89,8 +89,14 @@ class SqliteDialect(EngineDialect):
         assert isinstance(target, SqliteTarget)
         return target.path
 
-    def connect(self) -> sqlite3.Connection:
+    def connect(self, create: bool = False) -> sqlite3.Connection:
         check_sqlite_version()
+        if not create and not self.path.exists():
+            raise EngineDBError(
+                f"the SQLite Engine DB {self.path} ({self.profile.setting('jdbc_url')}) does not exist on this "
+                "machine (a SQLite Engine DB is one file on one machine); run `etl-craft-airflow init-db` (or "
+                "EngineInitDbOperator) here to create it"
+            )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(

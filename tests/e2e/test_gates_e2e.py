@@ -16,7 +16,7 @@ import pytest
 from airflow_provider_etl_craft.cli.main import main as cli_main
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup
+from tests.conftest import EngineSetup, engine_rows
 from tests.e2e import pipeline_dags
 from tests.e2e.pipeline_dags import load_dag, write_dag
 from tests.e2e.test_pipeline_lifecycle import wait_for
@@ -184,8 +184,7 @@ class Gates:
         monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_DEFAULT", self.env["AIRFLOW_CONN_ETL_CRAFT_DEFAULT"])
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        hook = self.engine.hook()
-        return [tuple(r) for r in hook.get_records(hook.engine.sql(sql), params)]
+        return engine_rows(self.engine.hook(), sql, params)
 
     def runs(self, pipeline: str) -> list[tuple[Any, ...]]:
         return self.rows("SELECT r.PIPELINE_RUN_ID, r.STATUS, r.ENDED_BY FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p "

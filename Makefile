@@ -39,12 +39,20 @@ demo: $(VENV)/.installed
 test: lint system-deps
 	$(BIN)/python -m pytest -q
 
-# The pooler tier runs PgBouncer from Debian's package; as root, install it when missing (else it skips,
-# or fails under ETL_CRAFT_REQUIRE_PGBOUNCER=1 as in CI).
+# System pieces of the test tiers, from Debian's packages: PgBouncer (pooler tier), socat, redis-server
+# and iproute2 (several-machines tier). As root, install what is missing; otherwise those tiers skip (or
+# fail under ETL_CRAFT_REQUIRE_PGBOUNCER=1 / ETL_CRAFT_REQUIRE_MACHINES=1, as in CI).
+SYSTEM_TOOLS := pgbouncer:pgbouncer socat:socat redis-server:redis-server ip:iproute2
 system-deps:
-	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || { [ "$$(id -u)" = 0 ] && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends pgbouncer >/dev/null; } || \
-		echo "pgbouncer not installed (apt-get install pgbouncer): the pooler tests will skip" >&2
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+		tool=$${pair%%:*}; pkg=$${pair##*:}; \
+		command -v $$tool >/dev/null || test -x /usr/sbin/$$tool || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; \
+		else echo "not installed:$$missing (apt-get install$$missing): the tiers that need them will skip" >&2; fi; \
+	fi
 
 smoke: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m smoke

@@ -16,7 +16,8 @@ Three kinds of file live under ``constraints/``:
   against this project, and the provider installs into each managed image without changing any package
   the image pins (pip resolves under the image's constraints, as MWAA's ``--constraint`` install does).
 
-Usage: ``python tools/constraints.py image 3.0.6`` · ``line 3.0`` · ``check``.
+Usage: ``python tools/constraints.py image 3.0.6`` · ``line 3.0`` (``--keep``: add a new dependency, keep
+every other pin) · ``check``.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def make_image(version: str) -> None:
             image_path(version, python).write_text(header + "\n".join(_pins(out.read_text())) + "\n")
 
 
-def make_line(line: str) -> None:
+def make_line(line: str, keep: bool = False) -> None:
+    """Rebuild a line's sets; with ``keep``, every pin of the current sets stays and only what is new resolves."""
     release, image = LINES[line]
     requirements = [f"apache-airflow=={release}", *IMAGE_PROVIDERS]
     made = dt.date.today().isoformat()
@@ -142,10 +144,16 @@ def make_line(line: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for python in PYTHONS:
             image_args = ["-c", str(image_path(image, python))] if image else []
+            current = line_path(line, python)
+            if keep and current.exists():
+                kept = Path(tmp, f"kept-{python}.txt")
+                kept.write_text("\n".join(_pins(current.read_text())) + "\n")
+                image_args += ["-c", str(kept)]
             if python == f"{sys.version_info[0]}.{sys.version_info[1]}":
                 venv = Path(tmp, "venv")
                 _run(sys.executable, "-m", "venv", venv)
                 pip = venv / "bin" / "pip"
+                _run(pip, "install", "-q", "--upgrade", "pip>=24")  # as the Makefile's venvs (older pips backtrack)
                 _run(pip, "install", "-q", *image_args, *requirements, f"{ROOT}[dev]")
                 frozen = _run(pip, "freeze", "--exclude-editable", capture_output=True).stdout
                 pins = [p for p in _pins(frozen) if not p.startswith("airflow-provider-etl-craft==")]
@@ -259,13 +267,19 @@ def main() -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("image", help="rebuild a managed image set").add_argument("version")
-    sub.add_parser("line", help="rebuild a test line's sets").add_argument("line", choices=LINES)
+    line = sub.add_parser("line", help="rebuild a test line's sets")
+    line.add_argument("line", choices=LINES)
+    line.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep every current pin; resolve only packages new to the set (a new dev dependency)",
+    )
     sub.add_parser("check", help="3.12 sets resolve; the provider installs into every image set")
     args = parser.parse_args()
     if args.command == "image":
         make_image(args.version)
     elif args.command == "line":
-        make_line(args.line)
+        make_line(args.line, keep=args.keep)
     else:
         return check()
     return 0

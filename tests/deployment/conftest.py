@@ -10,10 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.deployment.harness import AirflowDeployment
+from tests.deployment.harness import AirflowDeployment, celery_unavailable
+from tests.deployment.machines import CeleryMachines
+from tests.fixtures.fix_netns import MachinesUnavailable, check_available
 from tests.fixtures.fix_pg import PgCluster
 
 KEEP_ENV = "ETL_CRAFT_DEPLOYMENT_KEEP"
+#: With 1 (as in CI), a missing piece of the several-machines tier fails its tests instead of skipping them.
+REQUIRE_MACHINES_ENV = "ETL_CRAFT_REQUIRE_MACHINES"
+MACHINES = ("machine-a", "machine-b")
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +48,39 @@ def deployment(airflow_deployment: AirflowDeployment) -> AirflowDeployment:
     return airflow_deployment
 
 
+@pytest.fixture(scope="session")
+def celery_site(airflow_deployment: AirflowDeployment) -> Iterator[CeleryMachines]:
+    """Two machines (network namespaces) each running a Celery worker of the session's deployment.
+
+    Skipped when this host cannot make them (not root; no ip, unshare, socat, redis-server or the celery
+    provider), or failed instead with ETL_CRAFT_REQUIRE_MACHINES=1.
+    """
+    reason = celery_unavailable()
+    try:
+        check_available()
+    except MachinesUnavailable as exc:
+        reason = reason or str(exc)
+    if reason:
+        if os.environ.get(REQUIRE_MACHINES_ENV) == "1":
+            pytest.fail(
+                f"the several-machines tier cannot run: {reason} (and {REQUIRE_MACHINES_ENV}=1)",
+                pytrace=False,
+            )
+        pytest.skip(f"the several-machines tier cannot run: {reason}")
+    site = CeleryMachines.start(airflow_deployment, MACHINES)
+    try:
+        yield site
+    finally:
+        site.stop()
+
+
+@pytest.fixture
+def machines(celery_site: CeleryMachines, deployment: AirflowDeployment) -> CeleryMachines:
+    """The session's machines, each up, answering and consuming only its own queue."""
+    celery_site.reset()
+    return celery_site
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """On a failed test, attach the component logs and the test's task logs to its report."""
@@ -51,3 +89,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     deployment = getattr(item, "funcargs", {}).get("deployment")
     if report.failed and call.when == "call" and isinstance(deployment, AirflowDeployment):
         report.sections.append(("airflow deployment logs", deployment.report()))
+        site = item.funcargs.get("machines")
+        if isinstance(site, CeleryMachines):
+            report.sections.append(("celery workers", site.report()))

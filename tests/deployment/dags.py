@@ -227,6 +227,70 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 )
 
 
+# CeleryExecutor (tests/deployment/machines.py): every task of the DAG runs on a Celery worker, the claim and
+# finish on __CLAIM_ON__; each recorded task on the machine its queue names, writing its hostname into its
+# counts' log line. ON_A and ON_B hold until conf["release"] exists (when given), after writing conf["started"].
+CELERY_SPREAD_DAG = (
+    _HEADER
+    + """
+CELERY = {"executor": "CeleryExecutor", "queue": "__CLAIM_ON__"}
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=2,
+         default_args={**CELERY, "retries": 0}) as dag:
+    with etl_craft_pipeline("__PIPELINE__", etl_craft_conn_id="__CONN_ID__",
+                            claim_kwargs={"poke_interval": 2, "retries": 2, "retry_delay": timedelta(seconds=1)}):
+
+        def hold(dag_run):
+            conf = dag_run.conf or {}
+            if conf.get("started"):
+                Path(conf["started"]).write_text(dag_run.run_id)
+            deadline = time.monotonic() + 180
+            while conf.get("release") and not Path(conf["release"]).exists():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("never released")
+                time.sleep(0.2)
+
+        @etl_craft_task(task_code="ON_A", queue="machine-a")
+        def on_a(dag_run=None):
+            hold(dag_run)
+            return {"rows_written": 1}
+
+        @etl_craft_task(task_code="ON_B", queue="machine-b")
+        def on_b(dag_run=None):
+            hold(dag_run)
+            return {"rows_written": 2}
+
+        on_a() >> on_b()
+"""
+)
+
+# VICTIM runs on machine-a first (queue "machine-a"); its first try writes its pid into __PID_FILE__ (after
+# recording its attempt) and then sleeps until the machine is lost or cut off; a later try succeeds.
+CELERY_VICTIM_DAG = (
+    _HEADER
+    + """
+CELERY = {"executor": "CeleryExecutor", "queue": "machine-b"}
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         default_args={**CELERY, "retries": 0}) as dag:
+    with etl_craft_pipeline("__PIPELINE__", etl_craft_conn_id="__CONN_ID__", claim_kwargs={"poke_interval": 2}):
+
+        @etl_craft_task(task_code="VICTIM", queue="machine-a", retries=1, retry_delay=timedelta(seconds=1))
+        def victim(ti=None):
+            if ti.try_number == 1:
+                pid_file = Path("__PID_FILE__")
+                tmp = pid_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"task": os.getpid(), "supervisor": os.getppid()}))
+                os.replace(tmp, pid_file)
+                time.sleep(__SLEEP__)
+                raise RuntimeError("VICTIM's first try outlived its machine")
+            return {"rows_written": 3}
+
+        victim()
+"""
+)
+
+
 def render(template: str, **values: object) -> str:
     """Fill ``__NAME__`` placeholders (``dag_id`` → ``__DAG_ID__``); every placeholder must be filled."""
     text = template

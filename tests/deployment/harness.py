@@ -1,8 +1,10 @@
 """A real Airflow 3 deployment for the tests: api-server, scheduler, dag-processor and triggerer processes.
 
 One deployment runs per pytest session (fixture ``deployment`` in ``tests/deployment/conftest.py``). It has
-its own AIRFLOW_HOME and DAGs folder under ``/tmp/etl-craft-deployment-*``, ``LocalExecutor``, and its
-metadata DB on the session's throwaway PostgreSQL cluster. Three Engine DBs are exposed to every Airflow
+its own AIRFLOW_HOME and DAGs folder under ``/tmp/etl-craft-deployment-*``, ``LocalExecutor`` (plus
+``CeleryExecutor`` with a Redis broker on a free port, when the celery provider and ``redis-server`` are
+there: tasks that ask for it run on the workers of ``machines.py``), and its metadata DB on the session's
+throwaway PostgreSQL cluster. Three Engine DBs are exposed to every Airflow
 process as env connections: ``etl_craft_pg`` (a PostgreSQL database on the same cluster) and
 ``etl_craft_sqlite`` (a SQLite file), both initialised and migrated, and ``etl_craft_default``
 (``deployment.default``, the one the example DAGs use: another PostgreSQL database, left without tables
@@ -29,6 +31,7 @@ wrote; ``ETL_CRAFT_DEPLOYMENT_KEEP=1`` leaves the whole folder behind.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -55,6 +58,9 @@ from tests.fixtures.fix_airflow import airflow_cli
 from tests.fixtures.fix_pg import PgCluster, PgDatabase
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+#: Executors of the deployment: LocalExecutor by default; a task with ``executor="CeleryExecutor"`` goes to
+#: the Celery workers of ``tests/deployment/machines.py`` (other machines), through the Redis broker.
+EXECUTORS = "LocalExecutor,CeleryExecutor"
 #: Seconds without a task heartbeat before the scheduler fails (and retries) the task instance.
 HEARTBEAT_TIMEOUT = 20
 #: Name of the env var holding the PostgreSQL Engine DB's password (in the test process and every component).
@@ -66,6 +72,15 @@ _LOG_TAIL_LINES = 60
 _POLL = 0.5
 #: The example project's migrations (its CFG_ rows), laid beside etl_craft_default's craft-connector.yml.
 EXAMPLE_MIGRATIONS = Path(demo.__file__).parent / "project" / "migrations"
+
+
+def celery_unavailable() -> str | None:
+    """Why this environment cannot run the CeleryExecutor part of the deployment (None: it can)."""
+    if importlib.util.find_spec("airflow.providers.celery") is None:
+        return "apache-airflow-providers-celery is not installed (it comes with the [dev] extra)"
+    if not shutil.which("redis-server"):
+        return "redis-server is not installed (apt-get install redis-server)"
+    return None
 
 
 class DeploymentError(AssertionError):
@@ -245,6 +260,8 @@ class AirflowDeployment:
     extra_procs: list[psutil.Process] = field(default_factory=list)
     #: DAG ids written since the current test began (their task logs go into a failure report).
     test_dag_ids: list[str] = field(default_factory=list)
+    #: The Redis broker's port on 127.0.0.1 (0: no CeleryExecutor; see ``celery_unavailable``).
+    broker_port: int = 0
     _token: str | None = field(default=None, repr=False)
     _meta: PgDatabase | None = field(default=None, repr=False)
 
@@ -294,6 +311,7 @@ class AirflowDeployment:
         deployment = cls(cluster, root)
         try:
             deployment._prepare()
+            deployment._start_broker()
             deployment._migrate()
             deployment._launch()
             deployment._wait_ready()
@@ -396,6 +414,45 @@ class AirflowDeployment:
             ),
         }
 
+    @property
+    def meta_url(self) -> str:
+        """The metadata DB's SQLAlchemy URL (with its password)."""
+        return self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
+    def broker_url(self, host: str = "127.0.0.1", port: int | None = None, db: int = 0) -> str:
+        return f"redis://{host}:{port or self.broker_port}/{db}"
+
+    def _start_broker(self) -> None:
+        """Redis on a free loopback port, and the CeleryExecutor beside LocalExecutor (when available)."""
+        if celery_unavailable():
+            return
+        self.broker_port = _free_port()
+        workdir = self.root / "redis"
+        workdir.mkdir()
+        with self.component_log("redis").open("wb") as out:
+            self.procs["redis"] = subprocess.Popen(
+                ["redis-server", "--bind", "127.0.0.1", "--port", str(self.broker_port), "--save", "",
+                 "--appendonly", "no", "--dir", str(workdir)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+
+        def answers() -> bool:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.broker_port), 1) as s,
+            ):
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+            return False
+
+        self.wait_until(answers, 30, "the Redis broker to answer")
+        self.env.update({
+            "AIRFLOW__CORE__EXECUTOR": EXECUTORS,
+            "AIRFLOW__CELERY__BROKER_URL": self.broker_url(),
+            "AIRFLOW__CELERY__RESULT_BACKEND": self.broker_url(db=1),
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+        })  # fmt: skip
+
     def _migrate(self) -> None:
         log = self.component_log("db-migrate")
         with log.open("wb") as out:
@@ -467,7 +524,7 @@ class AirflowDeployment:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
                 raise DeploymentError(
-                    f"airflow {name} exited with {proc.returncode} (its log: {self.component_log(name)})"
+                    f"{name} exited with {proc.returncode} (its log: {self.component_log(name)})"
                 )
 
     def wait_until(self, predicate: Callable[[], Any], timeout: float, what: str,
@@ -627,7 +684,7 @@ class AirflowDeployment:
     def report(self, dag_ids: Iterable[str] | None = None) -> str:
         """The tail of each component's log and of the task logs of ``dag_ids`` (default: this test's DAGs)."""
         parts = []
-        for name in ("db-migrate", *COMPONENTS):
+        for name in ("db-migrate", *COMPONENTS, "redis"):
             path = self.component_log(name)
             if path.exists():
                 parts.append(f"----- airflow {name} ({path}) -----\n{_tail(path)}")

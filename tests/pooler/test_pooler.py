@@ -81,6 +81,20 @@ def test_the_pooler_refuses_startup_options_like_a_production_pgbouncer(
         pooler.connect(pg_database, options="-c search_path=etl_craft")
 
 
+def test_a_jdbc_url_with_startup_options_is_reported_as_the_pooler_refusing_them(
+    pooled_engine: EngineSetup,
+) -> None:
+    """Regression: a refused ``options`` startup parameter used to read "refused the login … check user,
+    auth_mode and its secret"; it now names the parameter and the pooler setting (exit 3, CONFIGURATION)."""
+    text = pooled_engine.config_path.read_text()
+    url = next(line for line in text.splitlines() if "jdbc_url:" in line)
+    pooled_engine.config_path.write_text(text.replace(url, url + "&options=-c%20statement_timeout%3D0"))
+    status, out, err = cli(pooled_engine, "check")
+    assert status == 3, (out, err)
+    assert "jdbc_url sends the startup parameter options" in out + err
+    assert "ignore_startup_parameters" in out + err and "Traceback" not in out + err
+
+
 # -- (a) init-db and migrate --------------------------------------------------------------------------------
 
 MIGRATION = (

@@ -26,6 +26,10 @@ DEFAULT_APPLICATION_NAME = "etl-craft-airflow"
 _TRANSIENT = ("could not connect", "connection refused", "timeout expired", "timed out", "could not translate host",
               "no route to host", "network is unreachable", "server closed the connection", "starting up",
               "shutting down", "too many connections", "remaining connection slots", "connection reset")  # fmt: skip
+#: libpq settings sent as startup parameters that connection poolers refuse unless their
+#: ``ignore_startup_parameters`` lists them (PgBouncer passes only client_encoding, DateStyle, TimeZone,
+#: standard_conforming_strings and application_name; RDS Proxy pins or refuses the rest).
+POOLER_REFUSED_STARTUP = frozenset({"options"})
 #: libpq messages about the client's own key or certificate (key_file mode), not the server's answer.
 _CLIENT_KEY = (
     "private key",
@@ -210,6 +214,14 @@ class PostgresDialect(EngineDialect):
             return ConfigurationError(
                 f"the client key or certificate for {where} could not be used: {detail}; check {fields} (the "
                 "passphrase), and that the key file is readable by this user only (chmod 600)"
+            )
+        startup = sorted(POOLER_REFUSED_STARTUP & self.target.settings.keys())
+        if startup:  # from the profile, not the message: a pooler's refusal reads like a failed login
+            return ConfigurationError(
+                f"the Engine DB refused the connection to {where}: {detail}; jdbc_url sends the startup parameter "
+                f"{', '.join(startup)}, which connection poolers (PgBouncer, RDS Proxy) refuse unless their "
+                "ignore_startup_parameters lists it: remove it from jdbc_url (the provider sets the Engine schema in "
+                "every transaction itself); if no pooler is in between, check user, auth_mode and its secret or files"
             )
         return ConfigurationError(
             f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and its secret or files"

@@ -6,6 +6,7 @@ import argparse
 import getpass
 import json
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -281,6 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--profile", metavar="NAME", default=argparse.SUPPRESS,
                         help="Engine profile (default: Engine.Profile, Secrets.Profile, or the only one)")  # fmt: skip
+    common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="on an error, print the traceback too")  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="etl-craft-airflow", parents=[common],
         description="Administer an etl-craft Engine DB and inspect its runs outside Airflow.",
@@ -327,11 +330,39 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     args = build_parser().parse_args(argv)
     hook = EngineDBHook.from_config(getattr(args, "config", None), getattr(args, "profile", None))
     command, _ = COMMANDS[args.command]
+    verbose = getattr(args, "verbose", False)
     try:
-        return command(hook, args, out)
+        with _classified(hook):
+            return command(hook, args, out)
     except EtlCraftError as exc:
+        if verbose:
+            traceback.print_exc(file=err)
         print(f"error: {exc}", file=err)
         return exc.exit_code
+    except Exception as exc:  # a defect of the provider: one line, the traceback on request
+        if verbose:
+            traceback.print_exc(file=err)
+        detail = (str(exc).strip().splitlines() or [""])[0]
+        hint = "" if verbose else "; re-run with --verbose for the traceback"
+        print(f"error: unexpected internal error ({type(exc).__name__}: {detail}){hint}", file=err)
+        return 1
+
+
+@contextmanager
+def _classified(hook: EngineDBHook) -> Iterator[None]:
+    """Driver errors from any command leave as the provider's typed errors (the dialect classifies them)."""
+    try:
+        yield
+    except EtlCraftError:
+        raise
+    except Exception as exc:
+        try:
+            engine = hook.engine
+        except EtlCraftError:
+            raise exc from None
+        if isinstance(exc, engine.database_error()):
+            raise engine.classify(exc) from exc
+        raise
 
 
 def run() -> None:

@@ -159,6 +159,8 @@ def _apply(
     except (LockTimeoutError, MigrationError):
         raise
     except Exception as exc:
+        if isinstance(exc, dialect.database_error()) and (transient := dialect.classify(exc)).retryable:
+            raise transient from exc  # the server went away or a conflict: not the file's fault
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise MigrationError(
             f"migration {item.label} failed and was rolled back ({detail}); fix the file and run migrate "

@@ -119,26 +119,29 @@ class EngineDBHook(DbApiHook):
 
     def init_db(self, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> InitResult:
         """Create the Engine tables (idempotent). See :func:`~airflow_provider_etl_craft.engine.schema.init_db`."""
-        with closing(self.engine.connect(create=True)) as conn:
+        with self.engine.classified(), closing(self.engine.connect(create=True)) as conn:
             return init_db(self.engine, conn, lock_timeout)
 
     def migrate(self, migrations_dir: str | Path | None = None,
                 lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> MigrateResult:  # fmt: skip
         """init-db if needed, then packaged and project migrations. See :func:`~…engine.migrations.migrate`."""
         project_dir = find_migrations_dir(migrations_dir, self.engine_profile.base_dir)
-        with closing(self.engine.connect(create=True)) as conn:
+        with self.engine.classified(), closing(self.engine.connect(create=True)) as conn:
             return migrate(self.engine, conn, project_dir, lock_timeout)
 
     @contextmanager
     def lifecycle(self, lock_timeout: float | None = RUN_LOCK_TIMEOUT) -> Iterator[RunLifecycle]:
-        """The run lifecycle (claim, task attempts, finish) on a fresh connection, closed on exit."""
-        with closing(self.get_conn()) as conn:
+        """The run lifecycle (claim, task attempts, finish) on a fresh connection, closed on exit.
+
+        Driver errors inside the block leave it as the provider's typed errors (``EngineDialect.classify``).
+        """
+        with self.engine.classified(), closing(self.get_conn()) as conn:
             yield RunLifecycle(self.engine, conn, lock_timeout)
 
     def test_connection(self) -> tuple[bool, str]:
         """Connect, check the schema, and report whether the Engine tables exist (Airflow's Test button)."""
         try:
-            with closing(self.get_conn()) as conn:
+            with self.engine.classified(), closing(self.get_conn()) as conn:
                 self.engine.verify_schema(conn)
                 present = self.engine.table_names(conn) & ENGINE_TABLES
         except EtlCraftError as exc:

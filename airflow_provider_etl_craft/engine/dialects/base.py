@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.config.profile import EngineProfile
+    from airflow_provider_etl_craft.errors import EtlCraftError
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,23 @@ class EngineDialect(ABC):
     @abstractmethod
     def database_error(self) -> type[Exception]:
         """The driver's base class of errors the database reported (DB-API ``Error``)."""
+
+    @abstractmethod
+    def classify(self, exc: BaseException) -> EtlCraftError:
+        """The provider's typed error for the driver error ``exc``.
+
+        Decided by the database's own code (PostgreSQL's SQLSTATE, SQLite's result code) and the driver's
+        error class, never by message text (servers translate their messages). The server's message is
+        shown in the result, not read.
+        """
+
+    @contextmanager
+    def classified(self) -> Iterator[None]:
+        """Driver errors leave the block as the provider's typed errors (:meth:`classify`)."""
+        try:
+            yield
+        except self.database_error() as exc:
+            raise self.classify(exc) from exc
 
     def now(self) -> datetime:
         """The current time, UTC (a method so one transaction can use one clock reading)."""

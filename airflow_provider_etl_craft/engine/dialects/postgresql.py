@@ -17,7 +17,13 @@ from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import locks
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
 from airflow_provider_etl_craft.engine.url import PostgresTarget
-from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreachableError
+from airflow_provider_etl_craft.errors import (
+    ConfigurationError,
+    EngineDBError,
+    EngineUnreachableError,
+    EtlCraftError,
+    LockTimeoutError,
+)
 
 DEFAULT_CONNECT_TIMEOUT = "10"
 DEFAULT_APPLICATION_NAME = "etl-craft-airflow"
@@ -26,6 +32,14 @@ DEFAULT_APPLICATION_NAME = "etl-craft-airflow"
 _TRANSIENT = ("could not connect", "connection refused", "timeout expired", "timed out", "could not translate host",
               "no route to host", "network is unreachable", "server closed the connection", "starting up",
               "shutting down", "too many connections", "remaining connection slots", "connection reset")  # fmt: skip
+#: SQLSTATEs (exact, or a two-character class) that mean the server or the session went away: a retry may work.
+_GONE = ("08", "53", "57P01", "57P02", "57P03", "58")
+#: SQLSTATEs of a command given up in a conflict with another session (or a timeout): a retry may work.
+_CONFLICT = ("40001", "40P01", "55P03", "55006", "57014")
+#: SQLSTATEs of missing Engine objects (tables, columns, schema): the Engine DB needs init-db or migrate.
+_MISSING = ("42P01", "42703", "3F000", "42883")
+_INSUFFICIENT_PRIVILEGE = "42501"
+_READ_ONLY_TRANSACTION = "25006"
 #: libpq settings sent as startup parameters that connection poolers refuse unless their
 #: ``ignore_startup_parameters`` lists them (PgBouncer passes only client_encoding, DateStyle, TimeZone,
 #: standard_conforming_strings and application_name; RDS Proxy pins or refuses the rest).
@@ -201,6 +215,51 @@ class PostgresDialect(EngineDialect):
             return StatementResult(list(cur.fetchall()) if cur.description else [], cur.rowcount)
         finally:
             cur.close()
+
+    def classify(self, exc: BaseException) -> EtlCraftError:
+        """By SQLSTATE (see the module's tables); a driver error without one after login lost the session."""
+        code = locks.sqlstate(exc)
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        role = self.profile.user or "the default role"
+        schema = self.profile.schema
+        where = f"{self.describe()} as {role}"
+        said = f"SQLSTATE {code}: {detail}" if code else detail
+
+        def matches(codes: tuple[str, ...]) -> bool:
+            return code is not None and any(code == c or (len(c) == 2 and code.startswith(c)) for c in codes)
+
+        driver = self._driver_module()
+        if code is None and not isinstance(exc, (driver.OperationalError, driver.InterfaceError)):
+            return EngineDBError(f"the database driver refused a command on {where} ({type(exc).__name__}: "
+                                 f"{detail}); this is a defect of the provider: please report it")  # fmt: skip
+        if code is None or matches(_GONE):
+            # psycopg reports a broken session (server gone, TLS closed, network cut) without a SQLSTATE.
+            return EngineUnreachableError(
+                f"lost the Engine DB {where} in the middle of a command ({said}); nothing of that command was "
+                "committed; a retry may succeed once the server answers again"
+            )
+        if matches(_CONFLICT):
+            return LockTimeoutError(
+                f"the Engine DB {where} gave up a command in a conflict with another session or a timeout ({said}); "
+                "nothing of it was committed; a retry may succeed"
+            )
+        if code == _INSUFFICIENT_PRIVILEGE:
+            return ConfigurationError(
+                f"role {role} lacks a privilege on the Engine DB {self.describe()} ({said}); ask an administrator to "
+                f"run: GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL "
+                f"TABLES IN SCHEMA {schema} TO {role}; GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role}"
+            )
+        if code == _READ_ONLY_TRANSACTION:
+            return ConfigurationError(
+                f"the Engine DB {where} accepts no writes ({said}): jdbc_url reaches a standby or a read-only "
+                "database; point it at the primary (add target_session_attrs=read-write with several hosts)"
+            )
+        if matches(_MISSING):
+            return EngineDBError(
+                f"the Engine DB {where} lacks an Engine table or column in schema {schema} ({said}); run "
+                "`etl-craft-airflow migrate` (or init-db) against it"
+            )
+        return EngineDBError(f"the Engine DB {where} refused a command ({said})")
 
     def _connect_error(self, exc: Exception) -> Exception:
         detail = (str(exc).strip().splitlines() or ["no detail"])[0]

@@ -12,7 +12,13 @@ from typing import Any
 from airflow_provider_etl_craft.engine import locks
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.url import SqliteTarget
-from airflow_provider_etl_craft.errors import ConfigurationError, EngineDBError
+from airflow_provider_etl_craft.errors import (
+    ConfigurationError,
+    EngineDBError,
+    EngineUnreachableError,
+    EtlCraftError,
+    LockTimeoutError,
+)
 
 MIN_VERSION = (3, 35, 0)
 _ROW_LOCK = re.compile(r"\s+FOR\s+(?:UPDATE|SHARE)\s*$", re.IGNORECASE)
@@ -49,6 +55,42 @@ class SqliteDialect(EngineDialect):
 
     def database_error(self) -> type[Exception]:
         return sqlite3.Error
+
+    def classify(self, exc: BaseException) -> EtlCraftError:
+        """By SQLite's primary result code (``sqlite_errorcode & 0xFF``), never by message text."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+        detail = (str(exc).strip().splitlines() or [name])[0]
+        where = f"the SQLite Engine DB {self.path} ({self.profile.setting('jdbc_url')})"
+        primary = None if code is None else code & 0xFF
+        if primary == _SQLITE_READONLY:
+            return ConfigurationError(
+                f"{where} is read-only for this user ({name}: {detail}); let the user write the file and its folder "
+                "(SQLite keeps its journal beside the file), or run as the user that owns them"
+            )
+        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return EngineDBError(
+                f"{where} is damaged or not a SQLite database ({name}: {detail}); restore it from a backup (or point "
+                "jdbc_url at the right file); `etl-craft-airflow init-db` creates a new one only where none exists"
+            )
+        if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return LockTimeoutError(
+                f"{where} stayed locked by another connection ({name}); a retry may succeed"
+            )
+        if primary in (_SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_AUTH):
+            return ConfigurationError(
+                f"cannot use {where} ({name}: {detail}); check that the file and its folder exist and that this "
+                "user may read and write both"
+            )
+        if primary in (_SQLITE_IOERR, _SQLITE_FULL):
+            return EngineUnreachableError(
+                f"reading or writing {where} failed ({name}: {detail}); check the disk; a retry may succeed"
+            )
+        if code is None:  # raised by Python's sqlite3 module itself (a closed connection, a bad binding)
+            return EngineDBError(f"the sqlite3 module refused a command on {where} ({name}: {detail}); this is a "
+                                 "defect of the provider: please report it")  # fmt: skip
+        return EngineDBError(f"{where} refused a command ({name}: {detail}); run `etl-craft-airflow migrate` if "
+                             "Engine tables are missing")  # fmt: skip
 
     def _transaction_lock(self, lock: str | None, timeout: float | None) -> AbstractContextManager[None]:
         # The lock file is taken before BEGIN IMMEDIATE and given back after COMMIT/ROLLBACK.
@@ -106,7 +148,9 @@ class SqliteDialect(EngineDialect):
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=NORMAL")
-        except (OSError, sqlite3.Error) as exc:
+        except sqlite3.Error as exc:
+            raise self.classify(exc) from None
+        except OSError as exc:
             raise ConfigurationError(
                 f"cannot open the SQLite Engine DB {self.path} ({self.profile.setting('jdbc_url')}): {exc}; "
                 "check the path and that its folder is writable"
@@ -129,6 +173,12 @@ class SqliteDialect(EngineDialect):
 
     def table_names_query(self) -> tuple[str, tuple[Any, ...]]:
         return "SELECT upper(name) FROM sqlite_master WHERE type = 'table'", ()
+
+
+# SQLite's primary result codes (https://sqlite.org/rescode.html).
+_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 3, 5, 6, 8
+_SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 11, 13, 14
+_SQLITE_AUTH, _SQLITE_NOTADB = 23, 26
 
 
 def split_statements(text: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import math
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -244,6 +245,30 @@ RUN_VIEWS = ("status", "history")
 DEFAULT_HISTORY_LIMIT = 20
 
 
+def _text(value: str) -> str:
+    """Free text from the command line: the OS may hand over bytes that are not UTF-8 (surrogate-escaped)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"is not valid UTF-8 text ({value.encode('utf-8', 'backslashreplace').decode('ascii', 'replace')})"
+        ) from None
+    if "\x00" in value:
+        raise argparse.ArgumentTypeError("contains a NUL character")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A finite, non-negative number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, 0 or more, got {text!r}")
+    return value
+
+
 def _at_least_one(text: str) -> int:
     try:
         value = int(text)
@@ -257,7 +282,7 @@ def _at_least_one(text: str) -> int:
 
 
 def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
-    cmd.add_argument("--pipeline", required=True, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES")
+    cmd.add_argument("--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES")
     cmd.add_argument("--format", choices=("table", "json"), default="table",
                      help="table (default) or one JSON document; timestamps are ISO-8601 UTC in both")  # fmt: skip
     if name == "history":
@@ -280,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="craft-connector.yml (default: $ETL_CRAFT_CONFIG, else search upwards from here)",
     )
-    common.add_argument("--profile", metavar="NAME", default=argparse.SUPPRESS,
+    common.add_argument("--profile", metavar="NAME", type=_text, default=argparse.SUPPRESS,
                         help="Engine profile (default: Engine.Profile, Secrets.Profile, or the only one)")  # fmt: skip
     common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="on an error, print the traceback too")  # fmt: skip
@@ -299,13 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         if name in PAUSES:
             cmd.add_argument(
-                "--pipeline", required=True, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
+                "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
             )
-            cmd.add_argument("--reason", required=True, help="why (stored in AUD_PIPELINE_PAUSES)")
-            cmd.add_argument("--by", default=_default_actor(), metavar="NAME",
+            cmd.add_argument("--reason", required=True, type=_text, help="why (stored in AUD_PIPELINE_PAUSES)")
+            cmd.add_argument("--by", default=_default_actor(), type=_text, metavar="NAME",
                              help="who (default: the login name; stored with kind HUMAN)")  # fmt: skip
             continue
-        cmd.add_argument("--lock-timeout", type=float, default=300.0, metavar="SECONDS",
+        cmd.add_argument("--lock-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                          help="how long to wait for the migrate lock (default 300)")  # fmt: skip
         if name in ("migrate", "check"):
             cmd.add_argument("--migrations-dir", metavar="DIR", default=None, type=_typed_path,
@@ -337,15 +362,21 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     except EtlCraftError as exc:
         if verbose:
             traceback.print_exc(file=err)
-        print(f"error: {exc}", file=err)
+        print(_printable(f"error: {exc}"), file=err)
         return exc.exit_code
     except Exception as exc:  # a defect of the provider: one line, the traceback on request
         if verbose:
             traceback.print_exc(file=err)
         detail = (str(exc).strip().splitlines() or [""])[0]
         hint = "" if verbose else "; re-run with --verbose for the traceback"
-        print(f"error: unexpected internal error ({type(exc).__name__}: {detail}){hint}", file=err)
+        print(_printable(f"error: unexpected internal error ({type(exc).__name__}: {detail}){hint}"), file=err)
         return 1
+
+
+def _printable(text: str) -> str:
+    """A message that any terminal can print: bytes the OS gave us that are not UTF-8 (a path, a name) are
+    shown as ``\\udcXX`` escapes rather than failing the print."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @contextmanager

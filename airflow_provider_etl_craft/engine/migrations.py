@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlparse
+
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
 from airflow_provider_etl_craft.engine.schema import (
@@ -21,6 +23,42 @@ from airflow_provider_etl_craft.engine.url import resolve_beside
 from airflow_provider_etl_craft.errors import ConfigurationError, LockTimeoutError, MigrationError
 
 MIGRATIONS_ENV_VAR = "ETL_CRAFT_MIGRATIONS_DIR"
+
+
+#: Statements that end or split the file's transaction, or cannot run inside one (first word, upper case).
+TRANSACTION_CONTROL = frozenset(
+    {"BEGIN", "COMMIT", "ROLLBACK", "END", "ABORT", "START", "SAVEPOINT", "RELEASE", "VACUUM", "ATTACH", "DETACH"}
+)
+
+
+def transaction_control(text: str) -> tuple[int, str] | None:
+    """The first statement of a migration that a file's one transaction cannot hold: (line, statement).
+
+    Tokenized by ``sqlparse`` (as common-sql does), so comments, string literals, dollar-quoted bodies and
+    trigger bodies are never mistaken for statements: ``BEGIN``/``COMMIT``/``ROLLBACK``/``END``/``SAVEPOINT``/
+    ``RELEASE``/``START TRANSACTION``/``ABORT``, ``PREPARE TRANSACTION``, ``VACUUM``, ``ATTACH``/``DETACH``,
+    and ``… CONCURRENTLY`` (index builds PostgreSQL runs only outside a transaction).
+    """
+    offset = 0
+    for statement in sqlparse.parse(text):
+        source = str(statement)
+        start = offset
+        offset += len(source)
+        tokens = [t for t in statement.flatten() if not t.is_whitespace and t.ttype not in sqlparse.tokens.Comment]
+        if not tokens:
+            continue
+        words = [t.value.upper() for t in tokens if t.is_keyword or t.ttype in sqlparse.tokens.Name]
+        first = tokens[0].value.upper()
+        refused = (
+            first in TRANSACTION_CONTROL
+            or (first == "PREPARE" and words[1:2] == ["TRANSACTION"])
+            or (first in ("CREATE", "DROP", "REINDEX") and "CONCURRENTLY" in words)
+        )
+        if refused:
+            at = start + source.index(tokens[0].value)
+            line = text.count("\n", 0, at) + 1
+            return line, " ".join(source.split())[:80]
+    return None
 
 
 @dataclass(frozen=True)
@@ -130,8 +168,18 @@ def migrate(
     """
     files = migration_files(dialect.name, project_dir)
     init = init_db(dialect, conn, lock_timeout)
+    pending = pending_migrations(dialect, conn, files)
+    for item in pending:  # files applied already stay as they were (their ledger checksums hold)
+        found = transaction_control(item.text)
+        if found is not None:
+            raise MigrationError(
+                f"migrations stopped before applying anything: {item.label} line {found[0]} controls the "
+                f"transaction ({found[1]!r}); each file runs in one transaction that migrate opens and commits "
+                "with its ledger row, so a file may not BEGIN, COMMIT, ROLLBACK, SAVEPOINT, VACUUM or build an "
+                "index CONCURRENTLY: remove that statement (split the file in two if it needs two transactions)"
+            )
     applied: list[str] = []
-    for item in pending_migrations(dialect, conn, files):
+    for item in pending:
         if _apply(dialect, conn, item, files, lock_timeout, len(applied)):
             applied.append(item.label)
     return MigrateResult(init, applied)

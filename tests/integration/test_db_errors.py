@@ -184,3 +184,27 @@ def test_a_session_terminated_by_the_server_is_a_retryable_unreachable_error(
         hook.engine.query(lifecycle.conn, "SELECT COUNT(*) FROM CFG_PIPELINES")
     assert caught.value.retryable and caught.value.exit_code == 3
     assert "lost the Engine DB" in str(caught.value)
+
+
+# -- command-line arguments the OS hands over --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "expected"),
+    [
+        ([b"pause", b"--pipeline", b"P\xff\xfe", b"--reason", b"r"], 2, "argument --pipeline: is not valid UTF-8"),
+        ([b"status", b"--pipeline", b"P", b"--profile", b"\xc3("], 2, "argument --profile: is not valid UTF-8"),
+        ([b"init-db", b"--lock-timeout", b"nan"], 2, "must be a finite number of seconds, 0 or more, got 'nan'"),
+        ([b"migrate", b"--lock-timeout", b"-1"], 2, "must be a finite number of seconds"),
+        ([b"status", b"--pipeline", b"P", b"--config", b"/nonexistent/\xff/craft-connector.yml"], 3,
+         "error: "),
+    ],
+)  # fmt: skip
+def test_arguments_that_are_not_text_or_not_numbers_are_usage_errors(
+    argv: list[bytes], status: int, expected: str, tmp_path: Path
+) -> None:
+    """Real argv bytes (a subprocess): no UnicodeEncodeError or ValueError traceback, a documented status."""
+    done = subprocess.run([CLI.encode(), *argv], capture_output=True, timeout=120, cwd=tmp_path, check=False)
+    text = done.stdout.decode("utf-8", "replace") + done.stderr.decode("utf-8", "replace")
+    assert done.returncode == status, text
+    assert expected in text and "Traceback" not in text, text

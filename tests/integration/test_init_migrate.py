@@ -148,6 +148,39 @@ def test_a_failing_migration_rolls_back_with_its_ledger_row(engine: EngineSetup,
     assert engine.hook().migrate(folder).applied == ["PROJECT 0002_bad.sql"]
 
 
+def test_a_migration_that_controls_its_own_transaction_is_refused_before_anything_runs(
+    engine: EngineSetup, tmp_path: Path
+) -> None:
+    """Regression: ``INSERT …; COMMIT; INSERT <violates a CHECK>`` used to keep the first row, unledgered, while
+    the error said the file was rolled back. Transaction control is found by tokenizing, so the same words in
+    comments, string literals or a trigger body are fine."""
+    folder = write_migrations(tmp_path / "migs", {
+        "0001_ok.sql": (
+            "-- COMMIT; in a comment\nCREATE TABLE NOTE (TXT TEXT);\nINSERT INTO NOTE VALUES ('BEGIN; COMMIT;');\n"
+            "CREATE TRIGGER NOTE_T AFTER INSERT ON NOTE BEGIN SELECT 1; END;\n"
+            if engine.dialect == "sqlite" else
+            "-- COMMIT; in a comment\nCREATE TABLE NOTE (TXT TEXT);\nINSERT INTO NOTE VALUES ('BEGIN; COMMIT;');\n"
+            "DO $$ BEGIN PERFORM 1; END $$;\n"
+        ),
+        "0002_commit.sql": (
+            "INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('KEPT', 'K', 'FULL');\n"
+            "  COMMIT;\nINSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('X', 'X', 'NOPE');\n"
+        ),
+    })  # fmt: skip
+    with pytest.raises(
+        MigrationError, match=r"PROJECT 0002_commit\.sql line 2 controls the transaction \('COMMIT;'\)"
+    ):
+        engine.hook().migrate(folder)
+    assert rows(engine, "SELECT PIPELINE_CODE FROM CFG_PIPELINES") == []
+    assert rows(engine, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'PROJECT'") == []
+    (folder / "0002_commit.sql").unlink()
+    assert engine.hook().migrate(folder).applied == ["PROJECT 0001_ok.sql"]
+    assert rows(engine, "SELECT TXT FROM NOTE") == [("BEGIN; COMMIT;",)]
+    status, out, err = cli(engine, "migrate", "--migrations-dir", str(write_migrations(folder, {
+        "0003_vacuum.sql": "VACUUM;\n", "0004_index.sql": "CREATE INDEX CONCURRENTLY NOTE_I ON NOTE (TXT);\n"})))  # fmt: skip
+    assert status == 13 and "PROJECT 0003_vacuum.sql line 1 controls the transaction" in err, (out, err)
+
+
 def test_check_reports_pending_migrations(engine: EngineSetup, tmp_path: Path) -> None:
     folder = write_migrations(tmp_path / "migs", {"0001_a.sql": "CREATE TABLE A1 (X INTEGER);\n"})
     status, out, err = cli(engine, "check", "--migrations-dir", str(folder))

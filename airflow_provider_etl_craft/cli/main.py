@@ -282,7 +282,9 @@ def _at_least_one(text: str) -> int:
 
 
 def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
-    cmd.add_argument("--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES")
+    cmd.add_argument(
+        "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
+    )
     cmd.add_argument("--format", choices=("table", "json"), default="table",
                      help="table (default) or one JSON document; timestamps are ISO-8601 UTC in both")  # fmt: skip
     if name == "history":
@@ -326,7 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument(
                 "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
             )
-            cmd.add_argument("--reason", required=True, type=_text, help="why (stored in AUD_PIPELINE_PAUSES)")
+            cmd.add_argument(
+                "--reason", required=True, type=_text, help="why (stored in AUD_PIPELINE_PAUSES)"
+            )
             cmd.add_argument("--by", default=_default_actor(), type=_text, metavar="NAME",
                              help="who (default: the login name; stored with kind HUMAN)")  # fmt: skip
             continue
@@ -369,7 +373,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             traceback.print_exc(file=err)
         detail = (str(exc).strip().splitlines() or [""])[0]
         hint = "" if verbose else "; re-run with --verbose for the traceback"
-        print(_printable(f"error: unexpected internal error ({type(exc).__name__}: {detail}){hint}"), file=err)
+        print(
+            _printable(f"error: unexpected internal error ({type(exc).__name__}: {detail}){hint}"), file=err
+        )
         return 1
 
 

@@ -27,7 +27,19 @@ MIGRATIONS_ENV_VAR = "ETL_CRAFT_MIGRATIONS_DIR"
 
 #: Statements that end or split the file's transaction, or cannot run inside one (first word, upper case).
 TRANSACTION_CONTROL = frozenset(
-    {"BEGIN", "COMMIT", "ROLLBACK", "END", "ABORT", "START", "SAVEPOINT", "RELEASE", "VACUUM", "ATTACH", "DETACH"}
+    {
+        "BEGIN",
+        "COMMIT",
+        "ROLLBACK",
+        "END",
+        "ABORT",
+        "START",
+        "SAVEPOINT",
+        "RELEASE",
+        "VACUUM",
+        "ATTACH",
+        "DETACH",
+    }
 )
 
 
@@ -44,7 +56,9 @@ def transaction_control(text: str) -> tuple[int, str] | None:
         source = str(statement)
         start = offset
         offset += len(source)
-        tokens = [t for t in statement.flatten() if not t.is_whitespace and t.ttype not in sqlparse.tokens.Comment]
+        tokens = [
+            t for t in statement.flatten() if not t.is_whitespace and t.ttype not in sqlparse.tokens.Comment
+        ]
         if not tokens:
             continue
         words = [t.value.upper() for t in tokens if t.is_keyword or t.ttype in sqlparse.tokens.Name]

@@ -102,6 +102,7 @@ def require_current(dialect: EngineDialect, conn: Any) -> None:
     One query in the usual case (the ledger); the catalog is read only when that query fails.
 
     :raises EngineDBError: naming what is missing and the command that fixes it.
+    :raises ConfigurationError: the role may not use the Engine schema.
     """
     expected = {v for v, _ in packaged_migrations(dialect.name)} | {SCHEMA_VERSION}
     try:
@@ -110,6 +111,7 @@ def require_current(dialect: EngineDialect, conn: Any) -> None:
         rows = None
     if rows is not None and expected <= {r[0] for r in rows}:
         return
+    dialect.verify_schema(conn)  # a role without USAGE on the schema sees no tables: say that, not "init-db"
     state = schema_state(dialect, conn)
     where = f"{dialect.describe()} schema {dialect.profile.schema}"
     if not state.present:

@@ -104,6 +104,12 @@ def _postgres(rest: str, setting: str, base_dir: Path | None) -> PostgresTarget:
         raise ConfigurationError(f"{setting}: write jdbc:postgresql://host[:port]/database[?settings]")
     try:
         parts = urlsplit(rest)
+    except ValueError:  # urlsplit's only complaint: an unbalanced or malformed [IPv6] host
+        raise ConfigurationError(
+            f"{setting}: the host is not a valid bracketed IPv6 address; write "
+            "jdbc:postgresql://[2001:db8::1]:5432/database (brackets around the address only)"
+        ) from None
+    try:
         port = DEFAULT_PG_PORT if parts.port is None else parts.port
         if not 0 < port < 65536:
             raise ValueError(port)

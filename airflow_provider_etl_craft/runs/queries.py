@@ -168,7 +168,9 @@ class RunQueries:
         return self.engine.query(self.conn, sql, params)
 
     def check_tables(self) -> None:
-        """:raises EngineDBError: the Engine tables are missing (init-db has not run on this Engine DB)."""
+        """:raises EngineDBError: the Engine tables are missing (init-db has not run on this Engine DB).
+        :raises ConfigurationError: the role may not use the Engine schema (names the GRANT)."""
+        self.engine.verify_schema(self.conn)
         missing = ENGINE_TABLES - self.engine.table_names(self.conn)
         if missing:
             raise EngineDBError(

@@ -208,3 +208,27 @@ def test_arguments_that_are_not_text_or_not_numbers_are_usage_errors(
     text = done.stdout.decode("utf-8", "replace") + done.stderr.decode("utf-8", "replace")
     assert done.returncode == status, text
     assert expected in text and "Traceback" not in text, text
+
+
+@pytest.mark.postgres
+def test_a_schema_the_role_may_not_use_is_reported_as_a_missing_grant_not_a_missing_schema(
+    foreign_schema, pg_cluster: PgCluster
+) -> None:
+    owner, user = foreign_schema
+    assert cli(owner, "migrate")[0] == 0
+    conn = pg_cluster.admin_connect(user.database.name)
+    try:
+        conn.autocommit = True
+        conn.cursor().execute("REVOKE USAGE ON SCHEMA etl_craft FROM etl_password")
+    finally:
+        conn.close()
+    for command in (
+        ["init-db"],
+        ["status", "--pipeline", "X"],
+        ["pause", "--pipeline", "X", "--reason", "r"],
+    ):
+        status, text = cli(user, *command)
+        line = one_error_line(text)
+        assert status == 3, (command, text)
+        assert "GRANT USAGE, CREATE ON SCHEMA etl_craft" in line, (command, text)
+        assert "does not exist" not in line and "init-db" not in line, (command, text)

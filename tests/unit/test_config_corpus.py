@@ -297,6 +297,18 @@ CORPUS = [
         id="url-port-out-of-range",
     ),
     pytest.param(
+        pg(jdbc_url="jdbc:postgresql://[::1:5432/etl_craft"),
+        PG_ENV,
+        "the host is not a valid bracketed IPv6 address",
+        id="url-ipv6-unclosed-bracket",
+    ),
+    pytest.param(
+        pg(jdbc_url="jdbc:postgresql://[db.internal]:5432/etl_craft"),
+        PG_ENV,
+        "the host is not a valid bracketed IPv6 address",
+        id="url-ipv6-brackets-around-a-name",
+    ),
+    pytest.param(
         pg(jdbc_url="jdbc:postgresql://db.invalid:0/etl_craft"),
         PG_ENV,
         "port is not a number",

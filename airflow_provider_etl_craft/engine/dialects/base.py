@@ -73,21 +73,22 @@ class EngineDialect(ABC):
         """The driver's base class of errors the database reported (DB-API ``Error``)."""
 
     @abstractmethod
-    def classify(self, exc: BaseException) -> EtlCraftError:
+    def classify(self, exc: BaseException, conn: Any | None = None) -> EtlCraftError:
         """The provider's typed error for the driver error ``exc``.
 
         Decided by the database's own code (PostgreSQL's SQLSTATE, SQLite's result code) and the driver's
         error class, never by message text (servers translate their messages). The server's message is
-        shown in the result, not read.
+        shown in the result, not read. ``conn``, when still usable, lets a dialect ask the database what
+        the code leaves open (PostgreSQL: a "missing" table in a schema the role may not use).
         """
 
     @contextmanager
-    def classified(self) -> Iterator[None]:
+    def classified(self, conn: Any | None = None) -> Iterator[None]:
         """Driver errors leave the block as the provider's typed errors (:meth:`classify`)."""
         try:
             yield
         except self.database_error() as exc:
-            raise self.classify(exc) from exc
+            raise self.classify(exc, conn) from exc
 
     def now(self) -> datetime:
         """The current time, UTC (a method so one transaction can use one clock reading)."""

@@ -216,7 +216,7 @@ class PostgresDialect(EngineDialect):
         finally:
             cur.close()
 
-    def classify(self, exc: BaseException) -> EtlCraftError:
+    def classify(self, exc: BaseException, conn: Any | None = None) -> EtlCraftError:
         """By SQLSTATE (see the module's tables); a driver error without one after login lost the session."""
         code = locks.sqlstate(exc)
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -255,9 +255,17 @@ class PostgresDialect(EngineDialect):
                 "database; point it at the primary (add target_session_attrs=read-write with several hosts)"
             )
         if matches(_MISSING):
+            if conn is not None:  # a table is "missing" too when the role may not use its schema
+                try:
+                    self.verify_schema(conn)
+                except ConfigurationError as denied:
+                    return denied
+                except Exception:  # noqa: BLE001 - the session is unusable: keep the first answer
+                    pass
             return EngineDBError(
                 f"the Engine DB {where} lacks an Engine table or column in schema {schema} ({said}); run "
-                "`etl-craft-airflow migrate` (or init-db) against it"
+                f"`etl-craft-airflow migrate` (or init-db) against it, or, if they exist, GRANT USAGE ON SCHEMA "
+                f"{schema} TO {role}"
             )
         return EngineDBError(f"the Engine DB {where} refused a command ({said})")
 

@@ -56,7 +56,7 @@ class SqliteDialect(EngineDialect):
     def database_error(self) -> type[Exception]:
         return sqlite3.Error
 
-    def classify(self, exc: BaseException) -> EtlCraftError:
+    def classify(self, exc: BaseException, conn: Any | None = None) -> EtlCraftError:
         """By SQLite's primary result code (``sqlite_errorcode & 0xFF``), never by message text."""
         code = getattr(exc, "sqlite_errorcode", None)
         name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__

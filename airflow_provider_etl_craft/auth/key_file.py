@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft.auth.base import AuthMode
-from airflow_provider_etl_craft.errors import ConfigurationError
+from airflow_provider_etl_craft.paths import checked_path
 
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.config.profile import EngineProfile
@@ -31,12 +30,11 @@ class KeyFileAuth(AuthMode):
             path = profile.fields.get(field)
             if path is None:
                 continue
-            if not Path(path).is_file():
-                raise ConfigurationError(
-                    f"{profile.origin}: {profile.setting(field)} is {path}, which is not a file; paths are "
-                    "relative to craft-connector.yml"
+            kwargs[param] = str(
+                checked_path(
+                    path, f"{profile.origin}: {profile.setting(field)} (relative to craft-connector.yml)"
                 )
-            kwargs[param] = path
+            )
         if profile.secrets.get("secret"):
             kwargs["sslpassword"] = profile.secrets["secret"]
         return kwargs

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from airflow_provider_etl_craft.errors import ConfigurationError
+from airflow_provider_etl_craft.paths import read_text
 
 #: Sections of a real etl-craft file; the provider reads Secrets and Engine and leaves the rest alone.
 KNOWN_SECTIONS = frozenset({"Secrets", "Engine", "Orchestration", "Warehouse", "Cloning", "Docs_site"})
@@ -90,12 +91,7 @@ def load_connector_file(path: Path) -> ConnectorFile:
 
     :raises ConfigurationError: bad YAML, duplicate keys, unknown sections or keys, wrong shapes.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(
-            f"{path}: cannot read the file ({type(exc).__name__}); check it exists and is UTF-8"
-        ) from None
+    text = read_text(path, str(path))
     try:
         document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
     except _DuplicateKey as dup:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from airflow_provider_etl_craft.errors import ConfigurationError
+from airflow_provider_etl_craft.paths import checked_path
 
 CONFIG_FILE_NAME = "craft-connector.yml"
 CONFIG_ENV_VAR = "ETL_CRAFT_CONFIG"
@@ -35,7 +36,7 @@ def locate_config(explicit: str | os.PathLike[str] | None = None, start: Path | 
 
 
 def _existing(path: Path, what: str) -> Path:
-    path = path.expanduser().resolve()
+    path = checked_path(path, what, kind="path", must_exist=False)
     if path.is_dir():
         path = path / CONFIG_FILE_NAME
     if not path.is_file():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.errors import ConfigurationError
+from airflow_provider_etl_craft.paths import checked_path, read_text
 
 VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONVENTIONAL_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -51,13 +52,7 @@ def parse_dotenv(path: Path) -> dict[str, str]:
 
     :raises ConfigurationError: unreadable file or a line that is not ``KEY=VALUE``.
     """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(
-            f"Secrets.Path: cannot read the secrets file {path} ({type(exc).__name__}); "
-            "check Secrets.Path (relative paths resolve beside craft-connector.yml)"
-        ) from None
+    lines = read_text(path, "Secrets.Path (relative paths resolve beside craft-connector.yml)").splitlines()
     values: dict[str, str] = {}
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
@@ -71,6 +66,9 @@ def parse_dotenv(path: Path) -> dict[str, str]:
             raise ConfigurationError(
                 f"{path}: line {number} has an unterminated quote or text after the closing quote"
             )
+        if "\x00" in value:
+            raise ConfigurationError(f"{path}: line {number}: the value of {key} contains a NUL byte, which no "
+                                     "database login accepts; fix the value")  # fmt: skip
         values[key] = value
     return values
 
@@ -102,7 +100,7 @@ def build_source(secrets_section: dict[str, object], base_dir: Path, config_path
                 f"{config_path}: Secrets.Path is required when Secrets.Source_type is 'file'; "
                 "set it to the .env file (relative paths resolve beside craft-connector.yml)"
             )
-        return dotenv_source((base_dir / rel).resolve())
+        return dotenv_source(checked_path(base_dir / rel, "Secrets.Path"))
     raise ConfigurationError(
         f"{config_path}: Secrets.Source_type is '{kind}'; use one of {', '.join(SOURCE_TYPES)}"
     )

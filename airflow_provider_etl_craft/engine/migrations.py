@@ -20,7 +20,8 @@ from airflow_provider_etl_craft.engine.schema import (
     packaged_migrations,
 )
 from airflow_provider_etl_craft.engine.url import resolve_beside
-from airflow_provider_etl_craft.errors import ConfigurationError, LockTimeoutError, MigrationError
+from airflow_provider_etl_craft.errors import LockTimeoutError, MigrationError
+from airflow_provider_etl_craft.paths import checked_path, read_text
 
 MIGRATIONS_ENV_VAR = "ETL_CRAFT_MIGRATIONS_DIR"
 
@@ -107,10 +108,7 @@ def find_migrations_dir(explicit: str | os.PathLike[str] | None, base_dir: Path 
         (os.environ.get(MIGRATIONS_ENV_VAR), f"${MIGRATIONS_ENV_VAR}"),
     ):
         if value:
-            path = resolve_beside(value, base_dir)
-            if not path.is_dir():
-                raise ConfigurationError(f"{what} {path} does not exist; create it or fix the path")
-            return path.resolve()
+            return checked_path(resolve_beside(value, base_dir), what, kind="directory")
     if base_dir is not None and (base_dir / "migrations").is_dir():
         return (base_dir / "migrations").resolve()
     return None
@@ -121,7 +119,8 @@ def migration_files(dialect_name: str, project_dir: Path | None) -> list[Migrati
     files = [MigrationFile("ENGINE", version, text) for version, text in packaged_migrations(dialect_name)]
     if project_dir is not None:
         for path in sorted(project_dir.glob("*.sql")):
-            files.append(MigrationFile("PROJECT", path.name, path.read_text(encoding="utf-8")))
+            text = read_text(path, f"migration PROJECT {path.name}", error=MigrationError)
+            files.append(MigrationFile("PROJECT", path.name, text))
     return files
 
 

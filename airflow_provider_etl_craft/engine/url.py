@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from airflow_provider_etl_craft.errors import ConfigurationError
+from airflow_provider_etl_craft.paths import checked_path
 
 SQLITE_PREFIX = "jdbc:sqlite:"
 POSTGRES_PREFIX = "jdbc:postgresql:"
@@ -96,7 +97,7 @@ def _sqlite(rest: str, setting: str, base_dir: Path | None) -> SqliteTarget:
         raise ConfigurationError(
             f"{setting}: give a plain file path after jdbc:sqlite: (no file: URI, no query)"
         )
-    return SqliteTarget(path=resolve_beside(name, base_dir).resolve())
+    return SqliteTarget(path=checked_path(resolve_beside(name, base_dir), setting, must_exist=False))
 
 
 def _postgres(rest: str, setting: str, base_dir: Path | None) -> PostgresTarget:

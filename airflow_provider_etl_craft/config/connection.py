@@ -39,6 +39,12 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
                 f"{origin}: extra(s) {', '.join(unknown)} have no meaning beside config_path (the file holds the "
                 "settings); a file-backed connection takes only config_path and profile"
             )
+        for key in FILE_EXTRAS:
+            if key in extras and not isinstance(extras[key], str):
+                raise ConfigurationError(
+                    f"{origin}: extra {key} must be text (a {'path' if key == 'config_path' else 'profile name'}), "
+                    f"not {type(extras[key]).__name__}"
+                )
         return load_engine_profile(extras["config_path"], profile or extras.get("profile"))
     allowed = set(INLINE_EXTRAS) | DRIVER_SETTINGS
     unknown = sorted(k for k in extras if k not in allowed)

@@ -153,9 +153,8 @@ def make_line(line: str, keep: bool = False) -> None:
                 venv = Path(tmp, "venv")
                 _run(sys.executable, "-m", "venv", venv)
                 pip = venv / "bin" / "pip"
-                _run(
-                    pip, "install", "-q", "--upgrade", "pip>=24"
-                )  # as the Makefile's venvs (older pips backtrack)
+                # As the Makefile's venvs do: the pip a new venv bundles can backtrack for ever.
+                _run(pip, "install", "-q", "--upgrade", "pip>=24")
                 _run(pip, "install", "-q", *image_args, *requirements, f"{ROOT}[dev]")
                 frozen = _run(pip, "freeze", "--exclude-editable", capture_output=True).stdout
                 pins = [p for p in _pins(frozen) if not p.startswith("airflow-provider-etl-craft==")]

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+
 from airflow_provider_etl_craft.auth.base import AuthMode
+from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.paths import checked_path
 
 if TYPE_CHECKING:
@@ -37,4 +44,40 @@ class KeyFileAuth(AuthMode):
             )
         if profile.secrets.get("secret"):
             kwargs["sslpassword"] = profile.secrets["secret"]
+        if "sslkey" in kwargs:
+            _check_key(Path(kwargs["sslkey"]), profile.secrets.get("secret"), profile)
         return kwargs
+
+
+def _check_key(path: Path, passphrase: str | None, profile: EngineProfile) -> None:
+    """Refuse, before any connection, a key libpq would refuse: too open, or not loadable with the passphrase.
+
+    (libpq says why only in text; checked here, the error names the settings to fix.)
+    """
+    fields = ", ".join(profile.setting(f) for f in ("key_file", "cert_file", "secret"))
+    where = f"{profile.origin}: the client key or certificate for {profile.describe()} could not be used"
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    too_open = mode & 0o077 if info.st_uid == os.geteuid() else mode & 0o037 if info.st_uid == 0 else 0
+    if too_open:
+        raise ConfigurationError(
+            f"{where}: private key file {path} has group or world access ({mode:o}), which libpq refuses; chmod 600 "
+            f"the file named by {profile.setting('key_file')} (or 640 owned by root)"
+        )
+    data = path.read_bytes()
+    encrypted = (
+        b"ENCRYPTED" in data
+    )  # PKCS#8 "ENCRYPTED PRIVATE KEY" or a legacy "Proc-Type: 4,ENCRYPTED" header
+    if encrypted and not passphrase:
+        reason = "it is encrypted and no passphrase is set"
+    else:
+        try:
+            serialization.load_pem_private_key(
+                data, password=passphrase.encode() if encrypted and passphrase else None
+            )
+            return
+        except (ValueError, TypeError, UnsupportedAlgorithm):
+            reason = "wrong passphrase" if encrypted else "not a PEM private key"
+    raise ConfigurationError(
+        f"{where}: could not load private key file {path} ({reason}); check {fields} (the passphrase)"
+    )

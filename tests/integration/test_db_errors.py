@@ -19,7 +19,7 @@ import pytest
 from psycopg2 import sql
 
 from airflow_provider_etl_craft.cli.main import main
-from airflow_provider_etl_craft.errors import EngineDBError, EngineUnreachableError
+from airflow_provider_etl_craft.errors import ConfigurationError, EngineDBError, EngineUnreachableError
 from tests.conftest import EngineSetup, pg_profile_yaml, write_config
 from tests.fixtures.fix_pg import PgCluster, PgDatabase
 
@@ -232,3 +232,44 @@ def test_a_schema_the_role_may_not_use_is_reported_as_a_missing_grant_not_a_miss
         assert status == 3, (command, text)
         assert "GRANT USAGE, CREATE ON SCHEMA etl_craft" in line, (command, text)
         assert "does not exist" not in line and "init-db" not in line, (command, text)
+
+
+# -- PostgreSQL: a refused session, classified by what the server answers (no libpq text read) -------------
+
+
+def pg_config(tmp_path: Path, db: PgDatabase, url: str) -> EngineSetup:
+    text = pg_profile_yaml(db).replace(pg_profile_yaml(db).split("jdbc_url: ")[1].split("\n")[0], url)
+    return EngineSetup("postgresql", write_config(tmp_path / "refused", text), {}, db)
+
+
+@pytest.mark.postgres
+def test_a_database_that_does_not_exist_is_a_permanent_login_refusal(make_engine, tmp_path: Path) -> None:
+    """PostgreSQL checks the database after the login and says so in text only: a CONFIGURATION error that
+    quotes the server and lists what to check, with no retry."""
+    db = make_engine("postgresql").database
+    cluster = db.cluster
+    setup = pg_config(
+        tmp_path, db, f"jdbc:postgresql://{cluster.host}:{cluster.port}/no_such_db?sslmode=require"
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        setup.hook().get_conn()
+    assert type(caught.value) is ConfigurationError and not caught.value.retryable
+    assert "no_such_db" in str(caught.value) and "the database name" in str(caught.value)
+
+
+@pytest.mark.postgres
+def test_a_server_certificate_that_does_not_verify_is_a_tls_configuration_error(
+    make_engine, tmp_path: Path
+) -> None:
+    db = make_engine("postgresql").database
+    cluster = db.cluster
+    other_ca = tmp_path / "other-ca.crt"
+    other_ca.write_bytes(
+        (cluster.certs_dir / "client.crt").read_bytes()
+    )  # a certificate, but not the server's CA
+    url = f"jdbc:postgresql://{cluster.host}:{cluster.port}/{db.name}?sslmode=verify-full&sslrootcert={other_ca}"
+    with pytest.raises(ConfigurationError) as caught:
+        pg_config(tmp_path, db, url).hook().get_conn()
+    message = str(caught.value)
+    assert "presented a certificate that does not verify" in message and "sslrootcert" in message
+    assert "refused the login" not in message

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import locks
+from airflow_provider_etl_craft.engine.dialects import pg_probe
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
 from airflow_provider_etl_craft.engine.url import PostgresTarget
 from airflow_provider_etl_craft.errors import (
@@ -27,11 +28,6 @@ from airflow_provider_etl_craft.errors import (
 
 DEFAULT_CONNECT_TIMEOUT = "10"
 DEFAULT_APPLICATION_NAME = "etl-craft-airflow"
-#: Driver messages that mean the server did not answer, or could not take a session yet: a retry may help.
-#: Anything else (login refused, bad certificate or key, unknown database, …) is a configuration error.
-_TRANSIENT = ("could not connect", "connection refused", "timeout expired", "timed out", "could not translate host",
-              "no route to host", "network is unreachable", "server closed the connection", "starting up",
-              "shutting down", "too many connections", "remaining connection slots", "connection reset")  # fmt: skip
 #: SQLSTATEs (exact, or a two-character class) that mean the server or the session went away: a retry may work.
 _GONE = ("08", "53", "57P01", "57P02", "57P03", "58")
 #: SQLSTATEs of a command given up in a conflict with another session (or a timeout): a retry may work.
@@ -39,19 +35,12 @@ _CONFLICT = ("40001", "40P01", "55P03", "55006", "57014")
 #: SQLSTATEs of missing Engine objects (tables, columns, schema): the Engine DB needs init-db or migrate.
 _MISSING = ("42P01", "42703", "3F000", "42883")
 _INSUFFICIENT_PRIVILEGE = "42501"
+_INVALID_CATALOG = "3D000"
 _READ_ONLY_TRANSACTION = "25006"
 #: libpq settings sent as startup parameters that connection poolers refuse unless their
 #: ``ignore_startup_parameters`` lists them (PgBouncer passes only client_encoding, DateStyle, TimeZone,
 #: standard_conforming_strings and application_name; RDS Proxy pins or refuses the rest).
 POOLER_REFUSED_STARTUP = frozenset({"options"})
-#: libpq messages about the client's own key or certificate (key_file mode), not the server's answer.
-_CLIENT_KEY = (
-    "private key",
-    "bad decrypt",
-    "group or world access",
-    "client certificate",
-    "certificate file",
-)
 
 
 class PostgresDialect(EngineDialect):
@@ -270,28 +259,58 @@ class PostgresDialect(EngineDialect):
         return EngineDBError(f"the Engine DB {where} refused a command ({said})")
 
     def _connect_error(self, exc: Exception) -> Exception:
+        """Why libpq could not open a session, decided by what the server answers (:mod:`.pg_probe`), by
+        SQLSTATE where it gives one, never by libpq's text (which is shown, not read)."""
         detail = (str(exc).strip().splitlines() or ["no detail"])[0]
-        where = f"{self.describe()} as {self.profile.user or 'the default role'} ({self.profile.describe()})"
-        if any(marker in detail.lower() for marker in _TRANSIENT):
+        target, profile = self.target, self.profile
+        where = f"{self.describe()} as {profile.user or 'the default role'} ({profile.describe()})"
+        timeout = float(target.settings.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT)
+        startup = {k: target.settings[k] for k in ("application_name", "options", "client_encoding")
+                   if target.settings.get(k)} or {"application_name": DEFAULT_APPLICATION_NAME}  # fmt: skip
+        answer = pg_probe.ask(target.host, target.port, target.database, profile.user, startup, target.settings,
+                              max(1.0, min(timeout, 10.0)))  # fmt: skip
+        if not answer.reachable:
             return EngineUnreachableError(
                 f"cannot reach the Engine DB {where}: {detail}; check host, port and network (a retry may succeed)"
             )
-        if any(marker in detail.lower() for marker in _CLIENT_KEY):
-            fields = ", ".join(self.profile.setting(f) for f in ("key_file", "cert_file", "secret"))
+        if answer.tls_error:
             return ConfigurationError(
-                f"the client key or certificate for {where} could not be used: {detail}; check {fields} (the "
-                "passphrase), and that the key file is readable by this user only (chmod 600)"
+                f"the Engine DB {where} presented a certificate that does not verify ({answer.tls_error}); check "
+                f"{profile.setting('jdbc_url')}'s sslmode and sslrootcert (the CA that signed the server's certificate)"
             )
-        startup = sorted(POOLER_REFUSED_STARTUP & self.target.settings.keys())
-        if startup:  # from the profile, not the message: a pooler's refusal reads like a failed login
+        code, said = (
+            answer.sqlstate,
+            f"SQLSTATE {answer.sqlstate}: {answer.message}" if answer.sqlstate else detail,
+        )
+        if code is not None and (code.startswith("53") or code in ("57P01", "57P02", "57P03")):
+            return EngineUnreachableError(
+                f"the Engine DB {where} does not take sessions now ({said}); a retry may succeed"
+            )
+        if code == _INVALID_CATALOG:
+            return ConfigurationError(
+                f"the Engine DB {where} refused the session ({said}): database {target.database!r} does not exist "
+                f"there; fix {profile.setting('jdbc_url')} or ask an administrator to create it"
+            )
+        startup_refused = sorted(POOLER_REFUSED_STARTUP & target.settings.keys())
+        if startup_refused and (code is None or not code.startswith("28")):
             return ConfigurationError(
                 f"the Engine DB refused the connection to {where}: {detail}; jdbc_url sends the startup parameter "
-                f"{', '.join(startup)}, which connection poolers (PgBouncer, RDS Proxy) refuse unless their "
+                f"{', '.join(startup_refused)}, which connection poolers (PgBouncer, RDS Proxy) refuse unless their "
                 "ignore_startup_parameters lists it: remove it from jdbc_url (the provider sets the Engine schema in "
                 "every transaction itself); if no pooler is in between, check user, auth_mode and its secret or files"
             )
+        if code is not None and code.startswith("28"):  # no pg_hba.conf entry (or method) for this login
+            return ConfigurationError(
+                f"the Engine DB refused the login to {where} ({said}); check user, auth_mode, sslmode and the "
+                "server's pg_hba.conf entry for this role and database"
+            )
+        if code is not None:  # refused before any login, for a reason of its own
+            return ConfigurationError(f"the Engine DB {where} refused the session before the login ({said})")
+        # It asked for a login: the refusal came at or after authentication, which PostgreSQL reports only in
+        # text (wrong secret, unknown role, no pg_hba entry for the method, unknown database, connection limits).
         return ConfigurationError(
-            f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and its secret or files"
+            f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and its secret or files, "
+            "the database name, and the role's and database's connection limits"
         )
 
     @contextmanager

@@ -18,8 +18,11 @@ import psycopg2
 import pytest
 from psycopg2 import sql
 
+from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.errors import ConfigurationError, EngineDBError, EngineUnreachableError
+from airflow_provider_etl_craft.operators._outcome import airflow_outcome
+from airflow_provider_etl_craft.runs import RunIdentity
 from tests.conftest import EngineSetup, pg_profile_yaml, write_config
 from tests.fixtures.fix_pg import PgCluster, PgDatabase
 
@@ -273,3 +276,32 @@ def test_a_server_certificate_that_does_not_verify_is_a_tls_configuration_error(
     message = str(caught.value)
     assert "presented a certificate that does not verify" in message and "sslrootcert" in message
     assert "refused the login" not in message
+
+
+# -- the same errors in an operator: the Airflow outcome --------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_in_an_operator_a_missing_privilege_fails_without_retry_and_a_lost_session_retries(
+    foreign_schema, pg_cluster: PgCluster
+) -> None:
+    """Operators run the lifecycle as ``with airflow_outcome(), hook.lifecycle() as lc`` (claim, attempts,
+    finish): a driver error becomes the typed error inside, and that the Airflow outcome outside."""
+    owner, user = foreign_schema
+    owner.hook().migrate()
+    identity = RunIdentity("errors_dag", "manual__1")
+    with pytest.raises(_compat.fail_exception()) as denied, airflow_outcome(), user.hook().lifecycle() as lc:
+        lc.claim("ANY", identity)
+    assert str(denied.value).startswith("[CONFIGURATION] role etl_password lacks a privilege")
+    assert GRANT in str(denied.value)
+
+    with pytest.raises(_compat.retry_exception()) as lost, airflow_outcome(), owner.hook().lifecycle() as lc:
+        admin = pg_cluster.admin_connect()
+        try:
+            admin.autocommit = True
+            admin.cursor().execute("SELECT pg_terminate_backend(%s)", (lc.conn.get_backend_pid(),))
+        finally:
+            admin.close()
+        lc.claim("ANY", identity)
+    assert not isinstance(lost.value, _compat.fail_exception())
+    assert str(lost.value).startswith("[CONFIGURATION] lost the Engine DB")

@@ -30,3 +30,10 @@ class AuthMode:
     def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
         """Driver keyword arguments for a new connection (called once per connection)."""
         raise NotImplementedError
+
+    def local_problem(self, profile: EngineProfile) -> Exception | None:
+        """After a failed connect: what on this machine libpq would have refused (a key, a file), if anything.
+
+        Asked only on the failure path, so a working login pays nothing for it.
+        """
+        return None

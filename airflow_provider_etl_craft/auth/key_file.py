@@ -44,15 +44,22 @@ class KeyFileAuth(AuthMode):
             )
         if profile.secrets.get("secret"):
             kwargs["sslpassword"] = profile.secrets["secret"]
-        if "sslkey" in kwargs:
-            _check_key(Path(kwargs["sslkey"]), profile.secrets.get("secret"), profile)
         return kwargs
+
+    def local_problem(self, profile: EngineProfile) -> Exception | None:
+        path = profile.fields.get("key_file")
+        if path is None:
+            return None
+        try:
+            _check_key(Path(path), profile.secrets.get("secret"), profile)
+        except ConfigurationError as exc:
+            return exc
+        return None
 
 
 def _check_key(path: Path, passphrase: str | None, profile: EngineProfile) -> None:
-    """Refuse, before any connection, a key libpq would refuse: too open, or not loadable with the passphrase.
-
-    (libpq says why only in text; checked here, the error names the settings to fix.)
+    """Raise for a key libpq refuses: too open, or not loadable with the passphrase (asked after a failed
+    connect; libpq says why only in text, this error names the settings to fix).
     """
     fields = ", ".join(profile.setting(f) for f in ("key_file", "cert_file", "secret"))
     where = f"{profile.origin}: the client key or certificate for {profile.describe()} could not be used"

@@ -135,7 +135,7 @@ class EngineDBHook(DbApiHook):
 
         Driver errors inside the block leave it as the provider's typed errors (``EngineDialect.classify``).
         """
-        with self.engine.classified(), closing(self.get_conn()) as conn, self.engine.classified(conn):
+        with closing(self.get_conn()) as conn, self.engine.classified(conn):
             yield RunLifecycle(self.engine, conn, lock_timeout)
 
     def test_connection(self) -> tuple[bool, str]:

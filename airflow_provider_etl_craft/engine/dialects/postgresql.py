@@ -263,6 +263,10 @@ class PostgresDialect(EngineDialect):
         SQLSTATE where it gives one, never by libpq's text (which is shown, not read)."""
         detail = (str(exc).strip().splitlines() or ["no detail"])[0]
         target, profile = self.target, self.profile
+        # The client's own key or file first: libpq may have failed before the server had a say.
+        local = profile.auth().local_problem(profile)
+        if local is not None:
+            return local
         where = f"{self.describe()} as {profile.user or 'the default role'} ({profile.describe()})"
         timeout = float(target.settings.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT)
         startup = {k: target.settings[k] for k in ("application_name", "options", "client_encoding")

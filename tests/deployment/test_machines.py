@@ -38,16 +38,23 @@ def ti_hosts(deployment: AirflowDeployment, dag_id: str, run_id: str) -> dict[st
                                 dag_id, run_id))  # fmt: skip
 
 
+def write_spread_dag(
+    deployment: AirflowDeployment, engine: Engine, code: str, dag_id: str, claim_on: str
+) -> None:
+    """Write CELERY_SPREAD_DAG for ``code`` (claim and finish on ``claim_on``) and wait until it is parsed."""
+    source = render(
+        CELERY_SPREAD_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id, claim_on=claim_on
+    )
+    deployment.write_dag(dag_id, source)
+    deployment.wait_parsed(dag_id)
+
+
 def test_tasks_of_one_pipeline_run_on_both_machines(deployment: AirflowDeployment,
                                                     machines: CeleryMachines) -> None:  # fmt: skip
     engine = deployment.pg
     code, dag_id = "DEP_CEL_SPREAD", "dep_cel_spread"
     engine.add_pipeline(code, ["ON_A", "ON_B"])
-    source = render(
-        CELERY_SPREAD_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id, claim_on="machine-b"
-    )
-    deployment.write_dag(dag_id, source)
-    deployment.wait_parsed(dag_id)
+    write_spread_dag(deployment, engine, code, dag_id, claim_on="machine-b")
 
     run_id = deployment.trigger(dag_id)
     assert deployment.wait_run(dag_id, run_id, timeout=180) == "success"
@@ -76,10 +83,7 @@ def test_two_dag_runs_of_one_pipeline_on_two_machines_never_two_in_progress(
     engine.add_pipeline(code, ["ON_A", "ON_B"])
     dags = {machine: f"dep_cel_two_{machine[-1]}" for machine in ("machine-a", "machine-b")}
     for machine, dag_id in dags.items():
-        deployment.write_dag(dag_id, render(CELERY_SPREAD_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id,
-                                            claim_on=machine))  # fmt: skip
-    for dag_id in dags.values():
-        deployment.wait_parsed(dag_id)
+        write_spread_dag(deployment, engine, code, dag_id, claim_on=machine)
     in_progress: list[int] = []
 
     def sample() -> None:
@@ -207,11 +211,7 @@ def test_a_sqlite_engine_db_is_refused_when_the_claim_runs_on_another_machine(
     engine = deployment.sqlite
     code, dag_id = "DEP_CEL_SQLITE", "dep_cel_sqlite"
     engine.add_pipeline(code, ["ON_A", "ON_B"])
-    source = render(
-        CELERY_SPREAD_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id, claim_on="machine-b"
-    )
-    deployment.write_dag(dag_id, source)
-    deployment.wait_parsed(dag_id)
+    write_spread_dag(deployment, engine, code, dag_id, claim_on="machine-b")
 
     run_id = deployment.trigger(dag_id)
     assert deployment.wait_run(dag_id, run_id, timeout=180) == "failed"

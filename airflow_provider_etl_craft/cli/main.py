@@ -55,7 +55,7 @@ def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[
         migration_files,
         pending_migrations,
     )
-    from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
+    from airflow_provider_etl_craft.engine.schema import Verdict, check_schema
 
     with _stage("config"):
         profile = hook.engine_profile
@@ -68,18 +68,16 @@ def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[
     with closing(conn):
         line(" OK ", f"connection: {engine.describe()}")
         with _stage("schema"):
-            engine.verify_schema(conn)
+            state = check_schema(engine, conn)
         line(" OK ", f"schema: {profile.schema}")
-        present = engine.table_names(conn) & ENGINE_TABLES
-        if not present:
+        if state.verdict is Verdict.EMPTY:
             line("WARN", "tables: no Engine tables yet; run `etl-craft-airflow init-db`")
             return 0
-        if present != ENGINE_TABLES:
-            line(
-                "FAIL", f"tables: partial Engine schema, missing {', '.join(sorted(ENGINE_TABLES - present))}"
-            )
-            return 12
-        line(" OK ", f"tables: all {len(ENGINE_TABLES)} Engine tables present")
+        if state.verdict is Verdict.PARTIAL:
+            problem = state.problem()
+            line("FAIL", f"tables: {problem}")
+            return problem.exit_code
+        line(" OK ", f"tables: all {len(state.present)} Engine tables present")
         with _stage("migrations"):
             project_dir = find_migrations_dir(args.migrations_dir, profile.base_dir)
             pending = pending_migrations(engine, conn, migration_files(engine.name, project_dir))
@@ -240,6 +238,8 @@ COMMANDS: dict[str, tuple[Command, str]] = {
 }
 #: Commands that change a pipeline's pause: --pipeline, --reason, --by.
 PAUSES = ("pause", "resume")
+#: Commands that take the migrate lock, so --lock-timeout.
+LOCKING = ("init-db", "migrate")
 #: Read-only commands: no lock, so no --lock-timeout; --pipeline and --format instead.
 RUN_VIEWS = ("status", "history")
 DEFAULT_HISTORY_LIMIT = 20
@@ -334,8 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--by", default=_default_actor(), type=_text, metavar="NAME",
                              help="who (default: the login name; stored with kind HUMAN)")  # fmt: skip
             continue
-        cmd.add_argument("--lock-timeout", type=_seconds, default=300.0, metavar="SECONDS",
-                         help="how long to wait for the migrate lock (default 300)")  # fmt: skip
+        if name in LOCKING:
+            cmd.add_argument("--lock-timeout", type=_seconds, default=300.0, metavar="SECONDS",
+                             help="how long to wait for the migrate lock (default 300)")  # fmt: skip
         if name in ("migrate", "check"):
             cmd.add_argument("--migrations-dir", metavar="DIR", default=None, type=_typed_path,
                              help="project migrations, relative to the working directory (default: "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from dataclasses import dataclass
 from importlib import resources
@@ -68,6 +69,16 @@ def latest_version(dialect_name: str) -> str:
     return versions[-1] if versions else SCHEMA_VERSION
 
 
+class Verdict(enum.Enum):
+    """What an Engine schema is fit for; every reader (init-db, check, test_connection, the run lifecycle,
+    status and history) decides on this one verdict."""
+
+    EMPTY = "empty"  #: no Engine tables: init-db creates them
+    PARTIAL = "partial"  #: some Engine tables are missing: nothing may use or change it
+    PENDING = "pending"  #: every table, but packaged ENGINE migrations are not applied: migrate applies them
+    CURRENT = "current"  #: ready for run bookkeeping
+
+
 @dataclass(frozen=True)
 class SchemaState:
     """What the Engine schema of a database holds: its Engine tables and applied ENGINE versions."""
@@ -75,14 +86,52 @@ class SchemaState:
     present: frozenset[str]
     applied: frozenset[str]
     pending: tuple[str, ...]
+    #: ``<engine> schema <name>``, for messages.
+    where: str
 
     @property
-    def complete(self) -> bool:
-        return self.present == ENGINE_TABLES
+    def verdict(self) -> Verdict:
+        if not self.present:
+            return Verdict.EMPTY
+        if self.present != ENGINE_TABLES:
+            return Verdict.PARTIAL
+        return Verdict.PENDING if self.pending else Verdict.CURRENT
+
+    @property
+    def missing(self) -> list[str]:
+        return sorted(ENGINE_TABLES - self.present)
+
+    def problem(self) -> EngineDBError | None:
+        """Why run bookkeeping cannot use this schema (None: it can), naming the command that fixes it."""
+        verdict = self.verdict
+        if verdict is Verdict.EMPTY:
+            return EngineDBError(
+                f"the Engine DB {self.where} has no Engine tables; create them with `etl-craft-airflow init-db` "
+                "(or an EngineInitDbOperator task) before running pipelines"
+            )
+        if verdict is Verdict.PARTIAL:
+            return EngineDBError(
+                f"the Engine DB {self.where} holds only some Engine tables (found {', '.join(sorted(self.present))}; "
+                f"missing {', '.join(self.missing)}); nothing will use or change a partial schema: restore it, or "
+                "point the profile at another schema"
+            )
+        if verdict is Verdict.PENDING:
+            return EngineDBError(
+                f"the Engine DB {self.where} needs ENGINE migration {', '.join(self.pending)} of this provider "
+                "release; apply it with `etl-craft-airflow migrate` (or EngineInitDbOperator(apply_migrations=True)) "
+                "before running pipelines"
+            )
+        return None
+
+    def require(self, *fit: Verdict) -> None:
+        """:raises EngineDBError: the verdict is not one of ``fit`` (the message says how to fix it)."""
+        problem = None if self.verdict in fit else self.problem()
+        if problem is not None:
+            raise problem
 
 
 def schema_state(dialect: EngineDialect, conn: Any, cur: Any | None = None) -> SchemaState:
-    """Read which Engine tables exist and which packaged ENGINE migrations are not applied yet.
+    """Read which Engine tables exist and which packaged ENGINE migrations are not applied yet (two queries).
 
     :param cur: read inside this cursor's transaction (under the ``migrate`` lock) instead of on ``conn``.
     """
@@ -93,42 +142,27 @@ def schema_state(dialect: EngineDialect, conn: Any, cur: Any | None = None) -> S
         rows = dialect.rows(cur, ledger) if cur is not None else dialect.query(conn, ledger)
         applied = frozenset(r[0] for r in rows)
     pending = tuple(v for v, _ in packaged_migrations(dialect.name) if v not in applied)
-    return SchemaState(present, applied, pending)
+    return SchemaState(present, applied, pending, f"{dialect.describe()} schema {dialect.profile.schema}")
+
+
+def check_schema(dialect: EngineDialect, conn: Any) -> SchemaState:
+    """The schema's state, after checking the role may use it: a role without USAGE sees no tables, which
+    is said as the missing GRANT, not as an empty schema.
+
+    :raises ConfigurationError: the schema is missing or the role may not use it.
+    """
+    dialect.verify_schema(conn)
+    return schema_state(dialect, conn)
 
 
 def require_current(dialect: EngineDialect, conn: Any) -> None:
-    """Stop before run bookkeeping on an Engine DB that is missing, partial or not migrated.
-
-    One query in the usual case (the ledger); the catalog is read only when that query fails.
+    """Stop before run bookkeeping, or reading runs, on an Engine DB whose verdict is not CURRENT.
 
     :raises EngineDBError: naming what is missing and the command that fixes it.
     :raises ConfigurationError: the role may not use the Engine schema.
     """
-    expected = {v for v, _ in packaged_migrations(dialect.name)} | {SCHEMA_VERSION}
-    try:
-        rows = dialect.query(conn, "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE'")
-    except dialect.database_error():
-        rows = None
-    if rows is not None and expected <= {r[0] for r in rows}:
-        return
-    dialect.verify_schema(conn)  # a role without USAGE on the schema sees no tables: say that, not "init-db"
-    state = schema_state(dialect, conn)
-    where = f"{dialect.describe()} schema {dialect.profile.schema}"
-    if not state.present:
-        raise EngineDBError(
-            f"the Engine DB {where} has no Engine tables; create them with `etl-craft-airflow init-db` (or an "
-            "EngineInitDbOperator task) before running pipelines"
-        )
-    if not state.complete:
-        raise EngineDBError(
-            f"the Engine DB {where} holds only some Engine tables (missing "
-            f"{', '.join(sorted(ENGINE_TABLES - state.present))}); restore it, or point the profile at another schema"
-        )
-    raise EngineDBError(
-        f"the Engine DB {where} needs ENGINE migration {', '.join(state.pending)} of this provider release; apply "
-        "it with `etl-craft-airflow migrate` (or EngineInitDbOperator(apply_migrations=True)) before running "
-        "pipelines"
-    )
+    if schema_state(dialect, conn).verdict is not Verdict.CURRENT:
+        check_schema(dialect, conn).require(Verdict.CURRENT)
 
 
 def init_db(
@@ -156,9 +190,10 @@ def init_db_in(dialect: EngineDialect, conn: Any, cur: Any) -> InitResult:
     """init-db inside the caller's schema transaction ``cur``, which holds the ``migrate`` lock."""
     text = schema_text(dialect.name)
     digest = checksum(text)
-    where = f"{dialect.describe()} schema {dialect.profile.schema}"
     state = schema_state(dialect, conn, cur)
-    if state.complete:
+    where = state.where
+    state.require(Verdict.EMPTY, Verdict.PENDING, Verdict.CURRENT)
+    if state.present:
         recorded = dialect.rows(
             cur,
             "SELECT CHECKSUM FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE' AND VERSION = ?",
@@ -183,12 +218,6 @@ def init_db_in(dialect: EngineDialect, conn: Any, cur: Any) -> InitResult:
             )  # fmt: skip
         at = latest_version(dialect.name)
         return InitResult(False, at, f"Engine DB {where} is already at {at}; nothing changed")
-    if state.present:
-        missing = sorted(ENGINE_TABLES - state.present)
-        raise EngineDBError(
-            f"{where} holds only some Engine tables (found {', '.join(sorted(state.present))}; missing "
-            f"{', '.join(missing)}); init-db will not touch a partial schema: restore it, or use an empty schema"
-        )
     ledger = dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)")
     dialect.execute_script(cur, text)
     cur.execute(ledger, (SCHEMA_VERSION, digest))

@@ -14,7 +14,13 @@ from airflow_provider_etl_craft.config import EngineProfile, load_engine_profile
 from airflow_provider_etl_craft.config.connection import profile_from_connection
 from airflow_provider_etl_craft.engine.dialects import EngineDialect, dialect_for
 from airflow_provider_etl_craft.engine.migrations import MigrateResult, find_migrations_dir, migrate
-from airflow_provider_etl_craft.engine.schema import DEFAULT_LOCK_TIMEOUT, ENGINE_TABLES, InitResult, init_db
+from airflow_provider_etl_craft.engine.schema import (
+    DEFAULT_LOCK_TIMEOUT,
+    InitResult,
+    Verdict,
+    check_schema,
+    init_db,
+)
 from airflow_provider_etl_craft.engine.url import PostgresTarget
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT as RUN_LOCK_TIMEOUT
@@ -52,7 +58,6 @@ class EngineDBHook(DbApiHook):
     conn_type = "etl_craft"
     hook_name = "etl-craft Engine DB"
     supports_autocommit = True
-    _test_connection_sql = "SELECT 1"
 
     def __init__(self, *args: Any, profile: str | None = None, config_path: str | Path | None = None,
                  use_config_file: bool = False, **kwargs: Any) -> None:  # fmt: skip
@@ -139,22 +144,27 @@ class EngineDBHook(DbApiHook):
             yield RunLifecycle(self.engine, conn, lock_timeout)
 
     def test_connection(self) -> tuple[bool, str]:
-        """Connect, check the schema, and report whether the Engine tables exist (Airflow's Test button)."""
+        """Connect, check the schema, and report the Engine schema's verdict (Airflow's Test button).
+
+        An empty schema or pending ENGINE migrations pass (the message names the command to run next); a
+        partial schema fails, as it does everywhere else.
+        """
         try:
             with self.engine.classified(), closing(self.get_conn()) as conn:
-                self.engine.verify_schema(conn)
-                present = self.engine.table_names(conn) & ENGINE_TABLES
+                state = check_schema(self.engine, conn)
         except EtlCraftError as exc:
             return False, str(exc)
-        where = f"{self.engine.describe()} schema {self.engine_profile.schema}"
-        if present == ENGINE_TABLES:
-            return True, f"Connected to {where}; the Engine tables exist"
-        if present:
+        verdict = state.verdict
+        if verdict is Verdict.CURRENT:
+            return True, f"Connected to {state.where}; the Engine tables exist"
+        if verdict is Verdict.EMPTY:
+            return True, f"Connected to {state.where}; no Engine tables yet: run init-db"
+        if verdict is Verdict.PENDING:
             return (
                 True,
-                f"Connected to {where}; only {len(present)} of {len(ENGINE_TABLES)} Engine tables exist",
+                f"Connected to {state.where}; ENGINE migration {', '.join(state.pending)} pending: run migrate",
             )
-        return True, f"Connected to {where}; no Engine tables yet: run init-db"
+        return False, str(state.problem())
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:

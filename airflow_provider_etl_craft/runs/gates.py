@@ -25,7 +25,6 @@ from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.runs.counts import clean_text
 
 SATISFIED, UNSATISFIED, WAIT = "SATISFIED", "UNSATISFIED", "WAIT"
-FINISHED_RUN = ("SUCCESS", "FAILED", "SKIPPED", "CANCELLED")
 #: Airflow task states after which a same-pipeline upstream will not record a row any more, and the
 #: status the gate reads them as (a task Airflow never ran counts as SKIPPED, as the finish records it).
 AIRFLOW_FINISHED = {"failed": "FAILED", "upstream_failed": "SKIPPED", "skipped": "SKIPPED",

@@ -10,7 +10,6 @@ from typing import Any
 
 RUN_KEY_PREFIX = "airflow"
 ACTOR_KIND = "ORCHESTRATOR"
-TRIGGER_KIND = "ORCHESTRATOR"
 CODE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 #: Run ids ``airflow tasks test`` gives the throwaway DAG run it creates when none is named.
 TEMPORARY_RUN_PREFIX = "__airflow_temporary_run_"

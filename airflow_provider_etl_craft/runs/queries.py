@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
-from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
-from airflow_provider_etl_craft.errors import EngineDBError, MetadataError
+from airflow_provider_etl_craft.engine.schema import require_current
+from airflow_provider_etl_craft.errors import MetadataError
 
 #: Order of the task statuses in a run's summary ("3 SUCCESS, 1 SKIPPED"); others follow alphabetically.
 STATUS_ORDER = ("IN-PROGRESS", "SUCCESS", "FAILED", "SKIPPED", "CANCELLED")
@@ -168,15 +168,9 @@ class RunQueries:
         return self.engine.query(self.conn, sql, params)
 
     def check_tables(self) -> None:
-        """:raises EngineDBError: the Engine tables are missing (init-db has not run on this Engine DB).
+        """:raises EngineDBError: the Engine schema is not CURRENT (see :class:`~...engine.schema.Verdict`).
         :raises ConfigurationError: the role may not use the Engine schema (names the GRANT)."""
-        self.engine.verify_schema(self.conn)
-        missing = ENGINE_TABLES - self.engine.table_names(self.conn)
-        if missing:
-            raise EngineDBError(
-                f"the Engine DB {self.engine.describe()} lacks Engine tables ({', '.join(sorted(missing))}); "
-                "run `etl-craft-airflow init-db` (or `migrate`), or check --config and --profile"
-            )
+        require_current(self.engine, self.conn)
 
     def pipeline(self, code: str) -> PipelineInfo:
         """The active ``CFG_PIPELINES`` row of ``code``, else its newest retired row.

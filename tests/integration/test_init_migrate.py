@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from contextlib import closing
 from pathlib import Path
 
@@ -58,6 +59,27 @@ def test_init_db_refuses_a_partial_engine_schema(engine: EngineSetup) -> None:
     status, _, err = cli(engine, "init-db")
     assert status == 12 and err.startswith("error: ") and "CFG_PIPELINES" in err
     assert rows(engine, "SELECT COUNT(*) FROM CFG_PIPELINES") == [(0,)]  # untouched
+
+
+def test_a_partial_schema_gets_one_verdict_everywhere(engine: EngineSetup) -> None:
+    """init-db, check, test_connection, status and a claim all refuse a partial schema with one message."""
+    from airflow_provider_etl_craft.runs.identity import RunIdentity
+
+    hook = engine.hook()
+    hook.init_db()
+    hook.run(f"DROP TABLE {hook.engine_profile.schema}.AUD_RUN_INTERVENTIONS")
+    said = "holds only some Engine tables (found AUD_DEPENDENCY_CONSUMPTION"
+    with pytest.raises(EngineDBError, match=r"missing AUD_RUN_INTERVENTIONS\); nothing will use") as init:
+        engine.hook().init_db()
+    ok, message = engine.hook().test_connection()
+    assert not ok and message == str(init.value)
+    status, out, _ = cli(engine, "check")
+    assert status == 12 and f"[FAIL] tables: {init.value}" in out, out
+    status, _, err = cli(engine, "status", "--pipeline", "P")
+    assert status == 12 and said in err, err
+    identity = RunIdentity("d", "r")
+    with engine.hook().lifecycle() as lc, pytest.raises(EngineDBError, match=re.escape(said)):
+        lc.claim("P", identity)
 
 
 def test_init_db_refuses_a_schema_made_by_another_version(engine: EngineSetup) -> None:

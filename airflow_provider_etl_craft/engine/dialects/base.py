@@ -60,10 +60,6 @@ class EngineDialect(ABC):
     def from_db_time(self, value: Any) -> datetime | None:
         """A stored timestamp back as an aware UTC datetime (None stays None)."""
 
-    def is_conflict(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is a unique/check violation (a lost race), as opposed to a broken connection."""
-        return isinstance(exc, self.integrity_error())
-
     @abstractmethod
     def integrity_error(self) -> type[Exception]:
         """The driver's integrity-violation exception class."""

@@ -161,7 +161,11 @@ def require_current(dialect: EngineDialect, conn: Any) -> None:
     :raises EngineDBError: naming what is missing and the command that fixes it.
     :raises ConfigurationError: the role may not use the Engine schema.
     """
-    if schema_state(dialect, conn).verdict is not Verdict.CURRENT:
+    try:
+        current = schema_state(dialect, conn).verdict is Verdict.CURRENT
+    except dialect.database_error():  # e.g. no USAGE on the schema: the ledger is not found
+        current = False
+    if not current:
         check_schema(dialect, conn).require(Verdict.CURRENT)
 
 

@@ -2,47 +2,59 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from airflow_provider_etl_craft import __version__
+from airflow_provider_etl_craft.auth import AUTH_MODES, fields_in
 from airflow_provider_etl_craft.settings import provider_config
+
+
+def _entry(label: str, description: str = "", **schema: Any) -> dict[str, Any]:
+    """One text field of the connection form (empty allowed: it is stored in the extra JSON only when set)."""
+    text = {"description": description} if description else {}
+    return {"label": label, **text, "schema": {"type": ["string", "null"], **schema}}
+
+
+def _one_of(words: Iterable[str]) -> str:
+    """``a, b or c``."""
+    *rest, last = words
+    return f"{', '.join(rest)} or {last}" if rest else last
+
+
+def _auth_extras() -> dict[str, dict[str, Any]]:
+    """One form field per extra some auth mode takes, saying which modes use it (``oauth and sso: …``)."""
+    uses: dict[str, dict[str, list[str]]] = {}
+    labels: dict[str, str] = {}
+    for mode in AUTH_MODES.values():
+        for field in mode.fields:
+            if field.conn == "extra":
+                text = field.description + ("" if field.required else " (optional)")
+                uses.setdefault(field.key, {}).setdefault(text, []).append(mode.name)
+                labels.setdefault(field.key, field.label)
+    return {
+        key: _entry(labels[key], "; ".join(f"{' and '.join(modes)}: {text}" for text, modes in texts.items()))
+        for key, texts in uses.items()
+    }
+
 
 #: The connection form: extras shown as fields (stored in the connection's extra JSON).
 CONN_FIELDS: dict[str, dict[str, Any]] = {
-    "config_path": {"label": "craft-connector.yml path", "description": "File-backed: the config file to read",
-                    "schema": {"type": ["string", "null"]}},
-    "profile": {"label": "Engine profile", "description": "File-backed: profile to use (else the file's choice)",
-                "schema": {"type": ["string", "null"]}},
-    "jdbc_url": {"label": "JDBC URL", "description": "Inline SQLite: jdbc:sqlite:/path/engine.db",
-                 "schema": {"type": ["string", "null"]}},
-    "engine_schema": {"label": "Engine schema", "description": "Inline PostgreSQL: the existing schema",
-                      "schema": {"type": ["string", "null"]}},
-    "auth_mode": {"label": "Auth mode", "description": "Inline PostgreSQL: password, token, key_file, oauth, sso or sts",
-                  "schema": {"type": ["string", "null"],
-                             "enum": [None, "password", "token", "key_file", "oauth", "sso", "sts"]}},
-    "key_file": {"label": "Client key file", "description": "key_file: absolute path of the client key",
-                 "schema": {"type": ["string", "null"]}},
-    "cert_file": {"label": "Client certificate file", "description": "key_file: absolute path of the certificate",
-                  "schema": {"type": ["string", "null"]}},
-    "client_id": {"label": "OAuth client id", "description": "oauth and sso: the client id",
-                  "schema": {"type": ["string", "null"]}},
-    "token_url": {"label": "OAuth token URL", "description": "oauth: the https token endpoint",
-                  "schema": {"type": ["string", "null"]}},
-    "scope": {"label": "OAuth scope", "description": "oauth: optional scope", "schema": {"type": ["string", "null"]}},
-    "issuer": {"label": "OAuth issuer", "description": "sso: the issuer URL libpq discovers",
-               "schema": {"type": ["string", "null"]}},
-    "region": {"label": "AWS region", "description": "sts: the RDS region", "schema": {"type": ["string", "null"]}},
-    "role_arn": {"label": "AWS role ARN", "description": "sts: optional role to assume first",
-                 "schema": {"type": ["string", "null"]}},
-    "sslmode": {"label": "SSL mode", "schema": {"type": ["string", "null"]}},
-    "sslrootcert": {"label": "SSL root certificate", "schema": {"type": ["string", "null"]}},
-}  # fmt: skip
+    "config_path": _entry("craft-connector.yml path", "File-backed: the config file to read"),
+    "profile": _entry("Engine profile", "File-backed: profile to use (else the file's choice)"),
+    "jdbc_url": _entry("JDBC URL", "Inline SQLite: jdbc:sqlite:/path/engine.db"),
+    "engine_schema": _entry("Engine schema", "Inline PostgreSQL: the existing schema"),
+    "auth_mode": _entry("Auth mode", f"Inline PostgreSQL: {_one_of(AUTH_MODES)}", enum=[None, *AUTH_MODES]),
+    **_auth_extras(),
+    "sslmode": _entry("SSL mode"),
+    "sslrootcert": _entry("SSL root certificate"),
+}
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": [],
     "relabeling": {
         "schema": "Database",
-        "login": "User",
-        "password": "Secret (password, token, client secret or key passphrase)",
+        "login": _one_of(dict.fromkeys(f.label for f in fields_in("login"))),
+        "password": f"Secret ({_one_of(dict.fromkeys(f.label.lower() for f in fields_in('password')))})",
     },
     "placeholders": {"host": "db.internal (inline PostgreSQL)", "schema": "etl_craft", "port": "5432"},
 }

@@ -1,17 +1,32 @@
-"""Registry of PostgreSQL auth modes (``auth_mode`` in a profile)."""
+"""Registry of PostgreSQL auth modes (``auth_mode`` in a profile), and the key lists derived from it.
+
+Each mode declares its keys once (:class:`Field`); the profile loader, the inline connection, the connection
+form and the README's table of modes are derived from :data:`AUTH_MODES`.
+"""
 
 from __future__ import annotations
 
-from airflow_provider_etl_craft.auth.base import AuthMode
-from airflow_provider_etl_craft.auth.key_file import KeyFileAuth
-from airflow_provider_etl_craft.auth.oauth import OAuthAuth
-from airflow_provider_etl_craft.auth.password import PasswordAuth
-from airflow_provider_etl_craft.auth.sso import SsoAuth
-from airflow_provider_etl_craft.auth.sts import StsAuth
-from airflow_provider_etl_craft.auth.token import TokenAuth
+from airflow_provider_etl_craft.auth.base import NO_AUTH, AuthMode, ConnSlot, Field, ProfileView
+from airflow_provider_etl_craft.auth.key_file import KEY_FILE
+from airflow_provider_etl_craft.auth.oauth import OAUTH
+from airflow_provider_etl_craft.auth.password import PASSWORD, TOKEN
+from airflow_provider_etl_craft.auth.sso import SSO
+from airflow_provider_etl_craft.auth.sts import STS
 
-AUTH_MODES: dict[str, type[AuthMode]] = {
-    mode.name: mode for mode in (PasswordAuth, TokenAuth, KeyFileAuth, OAuthAuth, SsoAuth, StsAuth)
-}
+AUTH_MODES: dict[str, AuthMode] = {mode.name: mode for mode in (PASSWORD, TOKEN, KEY_FILE, OAUTH, SSO, STS)}
 
-__all__ = ["AUTH_MODES", "AuthMode"]
+#: Every profile key some mode takes, in the order the modes declare them.
+AUTH_KEYS: tuple[str, ...] = tuple(dict.fromkeys(key for mode in AUTH_MODES.values() for key in mode.keys))
+
+
+def fields_in(slot: ConnSlot) -> list[Field]:
+    """Every mode's fields that an inline Airflow connection holds in ``slot``, in registry order."""
+    return [f for mode in AUTH_MODES.values() for f in mode.fields if f.conn == slot]
+
+
+def keys_in(slot: ConnSlot) -> tuple[str, ...]:
+    """The profile keys an inline Airflow connection holds in ``slot`` (each once)."""
+    return tuple(dict.fromkeys(f.key for f in fields_in(slot)))
+
+
+__all__ = ["AUTH_KEYS", "AUTH_MODES", "NO_AUTH", "AuthMode", "Field", "ProfileView", "fields_in", "keys_in"]

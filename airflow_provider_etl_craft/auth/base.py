@@ -1,39 +1,122 @@
-"""The shape every auth mode shares: which profile fields it needs and what it sends to the driver."""
+"""What every auth mode declares: its profile keys (as :class:`Field`), its driver and what it sends to it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from airflow_provider_etl_craft.config.profile import EngineProfile
+    from airflow_provider_etl_craft.engine.url import Target
+
+#: Where an inline Airflow connection holds a key: its login, its password field, or an extra.
+ConnSlot = Literal["login", "password", "extra"]
 
 
+@dataclass(frozen=True)
+class Field:
+    """One profile key of an auth mode, and how it appears in an Airflow connection and its form.
+
+    ``secret``: the key names a variable holding a secret (resolved from the secrets source and masked);
+    ``path``: a file path (relative ones resolve beside craft-connector.yml); ``label`` and
+    ``description`` are the connection form's text.
+    """
+
+    key: str
+    label: str
+    description: str
+    secret: bool = False
+    path: bool = False
+    required: bool = True
+    conn: ConnSlot = "extra"
+
+    def __post_init__(self) -> None:
+        # A connection's password field is masked by Airflow and its login is not: they must match.
+        if (self.conn == "password") != self.secret:
+            raise ValueError(
+                f"auth field {self.key}: a secret is the connection's password, and only a secret"
+            )
+
+
+#: The role every PostgreSQL mode logs in as: the connection's login.
+USER = Field("user", "User", "the PostgreSQL role to log in as", conn="login")
+
+
+class ProfileView(Protocol):
+    """What a mode reads from a resolved profile to build its connection arguments and messages."""
+
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def user(self) -> str | None: ...
+
+    @property
+    def target(self) -> Target: ...
+
+    @property
+    def fields(self) -> Mapping[str, str]:
+        """Resolved non-secret values of the mode's keys (paths made absolute)."""
+        ...
+
+    @property
+    def secrets(self) -> Mapping[str, str]:
+        """Resolved values of the mode's secret keys."""
+        ...
+
+    def setting(self, key: str) -> str:
+        """Dotted name of a setting, for messages."""
+        ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
 class AuthMode:
-    """One PostgreSQL login method. Mostly data: the fields it takes, and ``connect_kwargs``."""
+    """One login method: the keys it takes, the driver that opens its connections, and ``connect_kwargs``.
 
-    name: ClassVar[str]
-    #: Profile fields (besides jdbc_url and schema) that must be set.
-    required_fields: ClassVar[tuple[str, ...]] = ()
-    #: Profile fields that may be set.
-    optional_fields: ClassVar[tuple[str, ...]] = ()
-    #: Fields that name a variable holding a secret (resolved from the secrets source and masked).
-    secret_fields: ClassVar[tuple[str, ...]] = ()
-    #: Fields that are file paths (resolved beside craft-connector.yml).
-    path_fields: ClassVar[tuple[str, ...]] = ()
-    #: The driver that opens its connections: psycopg2, or psycopg (3) where libpq ≥ 18 is needed.
-    driver: ClassVar[str] = "psycopg2"
+    Subclasses add behaviour only; each registered instance is the one declaration of its mode's shape.
+    """
 
-    @classmethod
-    def fields(cls) -> tuple[str, ...]:
-        return cls.required_fields + cls.optional_fields
+    name: str
+    #: One line on what the mode sends, for the README's table of modes.
+    summary: str = field(repr=False)
+    fields: tuple[Field, ...] = field(default=(), repr=False)
+    #: psycopg2, or psycopg (3) where libpq ≥ 18 is needed.
+    driver: str = field(default="psycopg2", repr=False)
 
-    def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
-        """Driver keyword arguments for a new connection (called once per connection)."""
-        raise NotImplementedError
+    @property
+    def required_keys(self) -> tuple[str, ...]:
+        return tuple(f.key for f in self.fields if f.required)
 
-    def local_problem(self, profile: EngineProfile) -> Exception | None:
+    @property
+    def optional_keys(self) -> tuple[str, ...]:
+        return tuple(f.key for f in self.fields if not f.required)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key the mode takes, required ones first (the order of checks and of messages)."""
+        return self.required_keys + self.optional_keys
+
+    @property
+    def secret_keys(self) -> tuple[str, ...]:
+        return tuple(f.key for f in self.fields if f.secret)
+
+    @property
+    def path_keys(self) -> tuple[str, ...]:
+        return tuple(f.key for f in self.fields if f.path)
+
+    def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
+        """Driver keyword arguments for a new connection (called once per connection); none by default."""
+        return {}
+
+    def local_problem(self, profile: ProfileView) -> Exception | None:
         """After a failed connect: what on this machine libpq would have refused (a key, a file), if anything.
 
         Asked only on the failure path, so a working login pays nothing for it.
         """
         return None
+
+
+#: The mode of a SQLite profile: no login, nothing sent. Not in the registry: PostgreSQL refuses it.
+NO_AUTH = AuthMode("none", "no login: the SQLite file's permissions are the access control")

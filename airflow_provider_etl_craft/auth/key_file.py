@@ -5,17 +5,14 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
-from airflow_provider_etl_craft.auth.base import AuthMode
+from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.paths import checked_path
-
-if TYPE_CHECKING:
-    from airflow_provider_etl_craft.config.profile import EngineProfile
 
 
 class KeyFileAuth(AuthMode):
@@ -25,13 +22,7 @@ class KeyFileAuth(AuthMode):
     map the role to the ``cert`` method over ``hostssl``; libpq refuses keys readable by group or others.
     """
 
-    name = "key_file"
-    required_fields = ("user", "key_file")
-    optional_fields = ("cert_file", "secret")
-    secret_fields = ("secret",)
-    path_fields = ("key_file", "cert_file")
-
-    def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
+    def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"user": profile.user}
         for field, param in (("key_file", "sslkey"), ("cert_file", "sslcert")):
             path = profile.fields.get(field)
@@ -46,7 +37,7 @@ class KeyFileAuth(AuthMode):
             kwargs["sslpassword"] = profile.secrets["secret"]
         return kwargs
 
-    def local_problem(self, profile: EngineProfile) -> Exception | None:
+    def local_problem(self, profile: ProfileView) -> Exception | None:
         path = profile.fields.get("key_file")
         if path is None:
             return None
@@ -57,11 +48,36 @@ class KeyFileAuth(AuthMode):
         return None
 
 
-def _check_key(path: Path, passphrase: str | None, profile: EngineProfile) -> None:
+KEY_FILE = KeyFileAuth(
+    "key_file",
+    "a TLS client certificate and its key",
+    (
+        USER,
+        Field("key_file", "Client key file", "absolute path of the client key", path=True),
+        Field(
+            "cert_file",
+            "Client certificate file",
+            "absolute path of the certificate",
+            path=True,
+            required=False,
+        ),
+        Field(
+            "secret",
+            "Key passphrase",
+            "the passphrase of an encrypted key",
+            secret=True,
+            required=False,
+            conn="password",
+        ),
+    ),
+)
+
+
+def _check_key(path: Path, passphrase: str | None, profile: ProfileView) -> None:
     """Raise for a key libpq refuses: too open, or not loadable with the passphrase (asked after a failed
     connect; libpq says why only in text, this error names the settings to fix).
     """
-    fields = ", ".join(profile.setting(f) for f in ("key_file", "cert_file", "secret"))
+    fields = ", ".join(profile.setting(key) for key in KEY_FILE.keys if key != USER.key)
     where = f"{profile.origin}: the client key or certificate for {profile.describe()} could not be used"
     info = path.stat()
     mode = stat.S_IMODE(info.st_mode)

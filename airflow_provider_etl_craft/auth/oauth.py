@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_etl_craft import _compat
-from airflow_provider_etl_craft.auth.base import AuthMode
+from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
 from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreachableError
-
-if TYPE_CHECKING:
-    from airflow_provider_etl_craft.config.profile import EngineProfile
 
 #: Seconds to wait for the token endpoint.
 TOKEN_TIMEOUT = 30.0
@@ -25,16 +22,24 @@ class OAuthAuth(AuthMode):
     token is registered with Airflow's secret masker; no error message carries the client secret or a token.
     """
 
-    name = "oauth"
-    required_fields = ("user", "client_id", "secret", "token_url")
-    optional_fields = ("scope",)
-    secret_fields = ("secret",)
-
-    def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
+    def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
         return {"user": profile.user, "password": fetch_token(profile)}
 
 
-def fetch_token(profile: EngineProfile) -> str:
+OAUTH = OAuthAuth(
+    "oauth",
+    "an OAuth 2 client-credentials token, fetched per connection",
+    (
+        USER,
+        Field("client_id", "OAuth client id", "the client id"),
+        Field("secret", "Client secret", "the client secret", secret=True, conn="password"),
+        Field("token_url", "OAuth token URL", "the https token endpoint"),
+        Field("scope", "OAuth scope", "the scope to request", required=False),
+    ),
+)
+
+
+def fetch_token(profile: ProfileView) -> str:
     """One client-credentials token request; the token is masked before it is returned.
 
     :raises ConfigurationError: the endpoint refused, or its answer has no usable ``access_token``.

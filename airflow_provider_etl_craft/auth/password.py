@@ -1,19 +1,33 @@
-"""``auth_mode: password``: the secret is sent as the role's password."""
+"""``auth_mode: password`` and ``auth_mode: token``: the resolved ``secret`` is sent as the password.
+
+Both have one shape (a user and a secret); they differ only in what the secret is, so one class serves both.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airflow_provider_etl_craft.auth.base import AuthMode
-
-if TYPE_CHECKING:
-    from airflow_provider_etl_craft.config.profile import EngineProfile
+from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
 
 
-class PasswordAuth(AuthMode):
-    name = "password"
-    required_fields = ("user", "secret")
-    secret_fields = ("secret",)
+class SecretAsPassword(AuthMode):
+    """A mode whose only credential is ``secret``, sent unchanged as the password."""
 
-    def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
+    def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
         return {"user": profile.user, "password": profile.secrets["secret"]}
+
+
+def _secret_as_password(name: str, summary: str, label: str, description: str) -> SecretAsPassword:
+    secret = Field("secret", label, description, secret=True, conn="password")
+    return SecretAsPassword(name, summary, (USER, secret))
+
+
+PASSWORD = _secret_as_password(
+    "password", "the secret is the role's password", "Password", "the role's password"
+)
+TOKEN = _secret_as_password(
+    "token",
+    "a stored bearer token (PgBouncer, a proxy) sent as the password",
+    "Token",
+    "a stored bearer token, sent as the password",
+)

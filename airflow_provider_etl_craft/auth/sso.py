@@ -7,25 +7,35 @@ connection is opened with psycopg 3 (``pip install 'airflow-provider-etl-craft[s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airflow_provider_etl_craft.auth.base import AuthMode
+from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
 from airflow_provider_etl_craft.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from airflow_provider_etl_craft.config.profile import EngineProfile
 
 MIN_LIBPQ = 180000
 
 
 class SsoAuth(AuthMode):
-    name = "sso"
-    required_fields = ("user", "issuer", "client_id")
-    driver = "psycopg"
+    """libpq signs in with the issuer itself; the mode only passes the issuer and the client id on."""
 
-    def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
-        return {"user": profile.user, "oauth_issuer": profile.fields["issuer"],
-                "oauth_client_id": profile.fields["client_id"]}  # fmt: skip
+    def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
+        return {
+            "user": profile.user,
+            "oauth_issuer": profile.fields["issuer"],
+            "oauth_client_id": profile.fields["client_id"],
+        }
+
+
+SSO = SsoAuth(
+    "sso",
+    "libpq's own OAuth device flow (libpq ≥ 18; interactive)",
+    (
+        USER,
+        Field("issuer", "OAuth issuer", "the issuer URL libpq discovers"),
+        Field("client_id", "OAuth client id", "the client id"),
+    ),
+    driver="psycopg",
+)
 
 
 def libpq_version_text(version: int) -> str:

@@ -7,25 +7,20 @@ default credential chain (environment, instance or task role, …). ``sslmode=re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_provider_etl_craft import _compat
-from airflow_provider_etl_craft.auth.base import AuthMode
+from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
 from airflow_provider_etl_craft.engine.url import PostgresTarget
 from airflow_provider_etl_craft.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from airflow_provider_etl_craft.config.profile import EngineProfile
 
 SESSION_NAME = "etl-craft-airflow"
 
 
 class StsAuth(AuthMode):
-    name = "sts"
-    required_fields = ("user", "region")
-    optional_fields = ("role_arn",)
+    """Signs a fresh RDS IAM token for every connection; TLS is required unless the URL says otherwise."""
 
-    def connect_kwargs(self, profile: EngineProfile) -> dict[str, Any]:
+    def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
         target = profile.target
         assert isinstance(target, PostgresTarget)
         kwargs: dict[str, Any] = {"user": profile.user, "password": rds_token(profile, target)}
@@ -34,7 +29,18 @@ class StsAuth(AuthMode):
         return kwargs
 
 
-def rds_token(profile: EngineProfile, target: PostgresTarget) -> str:
+STS = StsAuth(
+    "sts",
+    "an AWS RDS IAM token, signed per connection",
+    (
+        USER,
+        Field("region", "AWS region", "the RDS region"),
+        Field("role_arn", "AWS role ARN", "the role to assume first", required=False),
+    ),
+)
+
+
+def rds_token(profile: ProfileView, target: PostgresTarget) -> str:
     """A fresh RDS IAM token for ``target`` (valid 15 minutes), registered with the secret masker.
 
     :raises ConfigurationError: boto3 missing, no AWS credentials, AssumeRole refused.

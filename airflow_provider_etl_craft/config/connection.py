@@ -6,16 +6,19 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from airflow_provider_etl_craft import _compat
-from airflow_provider_etl_craft.config.load import PROFILE_KEYS
+from airflow_provider_etl_craft.auth import keys_in
 from airflow_provider_etl_craft.config.profile import EngineProfile, build_profile, load_engine_profile
 from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource
 from airflow_provider_etl_craft.engine.url import DRIVER_SETTINGS
 from airflow_provider_etl_craft.errors import ConfigurationError
 
-#: Extras of an inline connection, and the profile setting each one fills.
+#: Extras of an inline connection, and the profile setting each one fills: the target's, then the modes'.
 INLINE_EXTRAS = {"engine_schema": "schema", "jdbc_url": "jdbc_url", "auth_mode": "auth_mode"} | {
-    key: key for key in PROFILE_KEYS - {"schema", "jdbc_url", "auth_mode", "user", "secret"}
+    key: key for key in keys_in("extra")
 }
+#: The profile keys an inline connection's login and password fill (one each, whatever the mode).
+(LOGIN_KEY,) = keys_in("login")
+(PASSWORD_KEY,) = keys_in("password")
 FILE_EXTRAS = frozenset({"config_path", "profile"})
 
 
@@ -71,10 +74,10 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
             f"?{query}" if query else ""
         )
     if conn.login:
-        settings["user"] = conn.login
+        settings[LOGIN_KEY] = conn.login
     secret_values = {}
     if conn.password:
         _compat.mask_secret(conn.password)
-        secret_values["secret"] = conn.password
+        secret_values[PASSWORD_KEY] = conn.password
     literal = Resolver(SecretsSource("connection", lambda _name: None), conn_id, origin)
     return build_profile(conn_id, settings, literal, origin, f"connection '{conn_id}'", None, secret_values)

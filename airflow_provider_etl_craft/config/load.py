@@ -8,29 +8,15 @@ from typing import Any
 
 import yaml
 
+from airflow_provider_etl_craft.auth import AUTH_KEYS
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.paths import read_text
 
 #: Sections of a real etl-craft file; the provider reads Secrets and Engine and leaves the rest alone.
 KNOWN_SECTIONS = frozenset({"Secrets", "Engine", "Orchestration", "Warehouse", "Cloning", "Docs_site"})
 SECRETS_KEYS = frozenset({"Source_type", "Profile", "Path"})
-PROFILE_KEYS = frozenset(
-    {
-        "jdbc_url",
-        "schema",
-        "user",
-        "auth_mode",
-        "secret",
-        "key_file",
-        "cert_file",
-        "client_id",
-        "token_url",
-        "scope",
-        "issuer",
-        "region",
-        "role_arn",
-    }
-)
+#: Keys of an Engine profile: the target, and every key some auth mode takes.
+PROFILE_KEYS = frozenset({"jdbc_url", "schema", "auth_mode", *AUTH_KEYS})
 
 
 class _DuplicateKey(Exception):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_etl_craft.auth import AUTH_MODES, AuthMode
+from airflow_provider_etl_craft.auth import AUTH_KEYS, AUTH_MODES, NO_AUTH, AuthMode
 from airflow_provider_etl_craft.config.load import load_connector_file
 from airflow_provider_etl_craft.config.locate import locate_config
 from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, build_source
@@ -23,20 +23,21 @@ from airflow_provider_etl_craft.errors import ConfigurationError
 
 #: A plain PostgreSQL identifier; folded to lower case as PostgreSQL folds unquoted names.
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_AUTH_FIELDS = ("user", "secret", "key_file", "cert_file", "client_id", "token_url", "scope", "issuer",
-                   "region", "role_arn")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """Everything needed to open Engine DB connections. ``secrets`` never appears in ``repr``."""
+    """Everything needed to open Engine DB connections. ``secrets`` never appears in ``repr``.
+
+    ``auth`` is the resolved mode (``NO_AUTH`` for SQLite); its name is ``auth.name``.
+    """
 
     name: str
     origin: str
     setting_prefix: str
     target: Target
     schema: str
-    auth_mode: str
+    auth: AuthMode
     user: str | None = None
     fields: Mapping[str, str] = field(default_factory=dict)
     #: Folder of craft-connector.yml (None for an inline Airflow connection): relative paths, migrations/.
@@ -50,9 +51,6 @@ class EngineProfile:
     def setting(self, key: str) -> str:
         """Dotted name of one of this profile's settings, for messages (``Engine.prod.auth_mode``)."""
         return f"{self.setting_prefix}.{key}"
-
-    def auth(self) -> AuthMode:
-        return AUTH_MODES[self.auth_mode]()
 
     def describe(self) -> str:
         return f"profile '{self.name}' ({self.target.describe()}, schema {self.schema}) from {self.origin}"
@@ -158,53 +156,57 @@ def build_profile(
     mode = _auth_mode(
         auth_raw, Resolver.display(settings.get("auth_mode"), auth_raw), origin, setting("auth_mode")
     )
-    unexpected = sorted(k for k in _AUTH_FIELDS if settings.get(k) is not None and k not in mode.fields())
+    unexpected = sorted(k for k in AUTH_KEYS if settings.get(k) is not None and k not in mode.keys)
     if unexpected:
         raise ConfigurationError(
             f"{origin}: {', '.join(setting(k) for k in unexpected)} not used by auth_mode '{mode.name}'; "
-            f"remove it (auth_mode '{mode.name}' takes {', '.join(mode.fields())})"
+            f"remove it (auth_mode '{mode.name}' takes {', '.join(mode.keys)})"
         )
-    stray = sorted(k for k in (secret_values or {}) if k not in mode.secret_fields)
+    stray = sorted(k for k in (secret_values or {}) if k not in mode.secret_keys)
     if stray:
         raise ConfigurationError(
             f"{origin}: auth_mode '{mode.name}' takes no stored secret, but a password is set; clear the password "
-            f"field (the mode's credentials come from {', '.join(mode.fields())})"
+            f"field (the mode's credentials come from {', '.join(mode.keys)})"
         )
     secrets: dict[str, str] = {}
     fields: dict[str, str] = {}
-    for key in mode.fields():
+    for key in mode.keys:
         given = (secret_values or {}).get(key)
-        if key in mode.secret_fields:
+        if key in mode.secret_keys:
             if given:
                 secrets[key] = given
             elif settings.get(key) is not None:
                 secrets[key] = resolver.secret(setting(key), settings[key])
-            elif key in mode.required_fields:
+            elif key in mode.required_keys:
                 raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
             continue
         value = resolver.value(setting(key), settings.get(key))
         if value in (None, ""):
-            if key in mode.required_fields:
+            if key in mode.required_keys:
                 raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
             continue
-        if key in mode.path_fields:
+        if key in mode.path_keys:
             value = str(resolve_beside(value, base_dir))
         fields[key] = value
     user = fields.pop("user", None)
-    return EngineProfile(
-        **common, schema=schema, auth_mode=mode.name, user=user, fields=fields, secrets=secrets
-    )
+    return EngineProfile(**common, schema=schema, auth=mode, user=user, fields=fields, secrets=secrets)
 
 
-def _sqlite_profile(common: dict[str, Any], settings: Mapping[str, Any], schema_raw: str | None,
-                    auth_raw: str | None, origin: str, setting: Any) -> EngineProfile:  # fmt: skip
+def _sqlite_profile(
+    common: dict[str, Any],
+    settings: Mapping[str, Any],
+    schema_raw: str | None,
+    auth_raw: str | None,
+    origin: str,
+    setting: Callable[[str], str],
+) -> EngineProfile:
     if auth_raw not in (None, "none"):
         raise ConfigurationError(
             f"{origin}: {setting('auth_mode')} is {Resolver.display(settings.get('auth_mode'), auth_raw)}, but SQLite "
             "takes no auth_mode; remove it "
             "(or write 'none')"
         )
-    extra = sorted(k for k in _AUTH_FIELDS if settings.get(k) is not None)
+    extra = sorted(k for k in AUTH_KEYS if settings.get(k) is not None)
     if extra:
         raise ConfigurationError(
             f"{origin}: {', '.join(setting(k) for k in extra)} has no meaning for a SQLite Engine DB; remove it"
@@ -214,7 +216,7 @@ def _sqlite_profile(common: dict[str, Any], settings: Mapping[str, Any], schema_
         raise ConfigurationError(
             f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')"
         )
-    return EngineProfile(**common, schema=schema, auth_mode="none")
+    return EngineProfile(**common, schema=schema, auth=NO_AUTH)
 
 
 def _schema(raw: str | None, origin: str, setting: str) -> str:
@@ -236,7 +238,7 @@ def _auth_mode(raw: str | None, shown: str, origin: str, setting: str) -> AuthMo
             f"{origin}: {setting} is required for PostgreSQL; use one of {', '.join(sorted(AUTH_MODES))}"
         )
     if raw in AUTH_MODES:
-        return AUTH_MODES[raw]()
+        return AUTH_MODES[raw]
     raise ConfigurationError(
         f"{origin}: {setting} {shown} is not an auth mode; use one of {', '.join(sorted(AUTH_MODES))}"
     )

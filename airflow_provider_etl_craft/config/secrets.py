@@ -67,8 +67,10 @@ def parse_dotenv(path: Path) -> dict[str, str]:
                 f"{path}: line {number} has an unterminated quote or text after the closing quote"
             )
         if "\x00" in value:
-            raise ConfigurationError(f"{path}: line {number}: the value of {key} contains a NUL byte, which no "
-                                     "database login accepts; fix the value")  # fmt: skip
+            raise ConfigurationError(
+                f"{path}: line {number}: the value of {key} contains a NUL byte, which no database login "
+                "accepts; fix the value"
+            )
         values[key] = value
     return values
 

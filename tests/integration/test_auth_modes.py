@@ -180,7 +180,7 @@ def test_secret_modes_log_in_init_db_and_mask_the_secret(
     secret = pg_cluster.passwords[role]
     assert secret in _redacted(secret)  # nothing masks it before the hook resolves it
     hook = _secret_hook(shape, mode, role, secret, pg_cluster, make_db(role), tmp_path, monkeypatch)
-    assert hook.engine_profile.auth_mode == mode
+    assert hook.engine_profile.auth.name == mode
     _assert_logs_in(hook, role)
     assert secret not in _redacted(secret)
     assert "***" in _redacted(secret)

@@ -105,7 +105,7 @@ Engine:
     assert profile.name == "dev"
     assert profile.dialect_name == "sqlite"
     assert profile.schema == "main"
-    assert profile.auth_mode == "none"
+    assert profile.auth.name == "none"
     assert profile.secrets == {}
 
 
@@ -559,7 +559,7 @@ def test_inline_postgres_connection(tmp_path: Path) -> None:
 
     assert profile.target == PostgresTarget("pg.example.com", 6543, "engine_db", {"sslmode": "verify-full"})
     assert profile.schema == "etl_craft"
-    assert profile.auth_mode == "password"
+    assert profile.auth.name == "password"
     assert profile.user == "etl_user"
     assert profile.secrets == {"secret": secret}
     assert profile.base_dir is None
@@ -601,7 +601,7 @@ def test_inline_sqlite_connection_via_jdbc_url(tmp_path: Path) -> None:
 
     assert profile.target == SqliteTarget(path=database)
     assert profile.dialect_name == "sqlite"
-    assert profile.auth_mode == "none"
+    assert profile.auth.name == "none"
     assert profile.schema == "main"
 
 

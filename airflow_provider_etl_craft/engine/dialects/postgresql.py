@@ -66,7 +66,7 @@ class PostgresDialect(EngineDialect):
 
     def _driver_module(self) -> Any:
         """psycopg2, or psycopg 3 for auth modes that need libpq ≥ 18 (sso); both speak DB-API with ``%s``."""
-        if self.profile.auth().driver != "psycopg":
+        if self.profile.auth.driver != "psycopg":
             import psycopg2
 
             return psycopg2
@@ -77,7 +77,7 @@ class PostgresDialect(EngineDialect):
             import psycopg
         except ImportError:
             raise ConfigurationError(
-                f"{self.profile.origin}: {setting} is '{self.profile.auth_mode}', which needs psycopg 3 with libpq 18 "
+                f"{self.profile.origin}: {setting} is '{self.profile.auth.name}', which needs psycopg 3 with libpq 18 "
                 "or newer: pip install 'airflow-provider-etl-craft[sso]'"
             ) from None
         check_libpq(
@@ -105,7 +105,7 @@ class PostgresDialect(EngineDialect):
             "port": target.port,
             "dbname": target.database,
         }
-        kwargs.update(profile.auth().connect_kwargs(profile))
+        kwargs.update(profile.auth.connect_kwargs(profile))
         return kwargs
 
     def connect(self, create: bool = False) -> Any:  # a server database is never created here
@@ -150,7 +150,7 @@ class PostgresDialect(EngineDialect):
 
         psycopg 3 binds them server-side, one statement per execute.
         """
-        return self.profile.auth().driver != "psycopg"
+        return self.profile.auth.driver != "psycopg"
 
     def _set_search_path(self) -> str:
         schema = self.profile.schema
@@ -264,7 +264,7 @@ class PostgresDialect(EngineDialect):
         detail = (str(exc).strip().splitlines() or ["no detail"])[0]
         target, profile = self.target, self.profile
         # The client's own key or file first: libpq may have failed before the server had a say.
-        local = profile.auth().local_problem(profile)
+        local = profile.auth.local_problem(profile)
         if local is not None:
             return local
         where = f"{self.describe()} as {profile.user or 'the default role'} ({profile.describe()})"

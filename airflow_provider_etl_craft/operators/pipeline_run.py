@@ -21,7 +21,8 @@ from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
-from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle, RunRow
+from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
+from airflow_provider_etl_craft.runs.records import RunRow
 from airflow_provider_etl_craft.settings import setting
 
 #: Retries a claim has at least, whatever the DAG's: a claim's retry is idempotent (it resumes its own run),

@@ -28,7 +28,7 @@ from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
-from airflow_provider_etl_craft.runs.lifecycle import AttemptHandle
+from airflow_provider_etl_craft.runs.records import AttemptHandle
 from airflow_provider_etl_craft.settings import setting
 
 OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])

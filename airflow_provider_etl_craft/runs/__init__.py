@@ -2,11 +2,11 @@
 
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-from airflow_provider_etl_craft.runs.lifecycle import (
+from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
+from airflow_provider_etl_craft.runs.records import (
     AttemptHandle,
     ClaimOutcome,
     FinishOutcome,
-    RunLifecycle,
     RunRow,
 )
 

@@ -27,8 +27,13 @@ from airflow_provider_etl_craft.runs.counts import clean_text
 SATISFIED, UNSATISFIED, WAIT = "SATISFIED", "UNSATISFIED", "WAIT"
 #: Airflow task states after which a same-pipeline upstream will not record a row any more, and the
 #: status the gate reads them as (a task Airflow never ran counts as SKIPPED, as the finish records it).
-AIRFLOW_FINISHED = {"failed": "FAILED", "upstream_failed": "SKIPPED", "skipped": "SKIPPED",
-                    "removed": "SKIPPED", "success": "SKIPPED"}  # fmt: skip
+AIRFLOW_FINISHED = {
+    "failed": "FAILED",
+    "upstream_failed": "SKIPPED",
+    "skipped": "SKIPPED",
+    "removed": "SKIPPED",
+    "success": "SKIPPED",
+}
 #: Asks Airflow for the state of same-pipeline upstream tasks, by task code (None: no state yet).
 UpstreamStates = Callable[[Sequence[str]], Mapping[str, str | None]]
 
@@ -149,12 +154,20 @@ def combine(
     need = {"ALL": len(verdicts), "ANY": 1}.get(condition, count or 1)
     label = {"ALL": "ALL", "ANY": "ANY"}.get(condition, f"N={count}")
     if len(satisfied) >= need:
-        return GateVerdict(SATISFIED, f"{label}: {len(satisfied)} of {len(verdicts)} dependencies satisfied",
-                           decided, waiting)  # fmt: skip
+        return GateVerdict(
+            SATISFIED,
+            f"{label}: {len(satisfied)} of {len(verdicts)} dependencies satisfied",
+            decided,
+            waiting,
+        )
     if len(satisfied) + len(waiting) < need:
         why = "; ".join(v.reason for v in unsatisfied)
-        return GateVerdict(UNSATISFIED, f"{label}: {len(satisfied)} of {len(verdicts)} dependencies satisfied, "
-                           f"{need} needed ({why})", decided, waiting)  # fmt: skip
+        return GateVerdict(
+            UNSATISFIED,
+            f"{label}: {len(satisfied)} of {len(verdicts)} dependencies satisfied, {need} needed ({why})",
+            decided,
+            waiting,
+        )
     why = "; ".join(v.reason for v in waiting)
     return GateVerdict(WAIT, f"{label}: not decided yet ({why})", decided, waiting)
 
@@ -172,53 +185,64 @@ class Gates:
     # -- what the edges are ------------------------------------------------------------------------------
 
     def pipeline_edges(self, cur: Any, pipeline_id: int) -> list[Edge]:
-        return [Edge("pipeline", int(r[0]), r[1], r[2] == "Y", int(r[3]), r[4]) for r in self._rows(
-            cur,
-            "SELECT d.PIPELINE_DEPENDENCY_ID, d.DEPENDENCY_TYPE, d.CONSUME_REPAIRS, d.DEPENDS_ON_PIPELINE_ID, "
-            "up.PIPELINE_CODE FROM CFG_PIPELINE_DEPENDENCY d JOIN CFG_PIPELINES up ON up.PIPELINE_ID = "
-            "d.DEPENDS_ON_PIPELINE_ID WHERE d.PIPELINE_ID = ? AND d.ACTIVE_FLAG = 'Y' ORDER BY d.PIPELINE_DEPENDENCY_ID",
-            (pipeline_id,),
-        )]  # fmt: skip
+        return [
+            Edge("pipeline", int(r[0]), r[1], r[2] == "Y", int(r[3]), r[4])
+            for r in self._rows(
+                cur,
+                "SELECT d.PIPELINE_DEPENDENCY_ID, d.DEPENDENCY_TYPE, d.CONSUME_REPAIRS, d.DEPENDS_ON_PIPELINE_ID, "
+                "up.PIPELINE_CODE FROM CFG_PIPELINE_DEPENDENCY d JOIN CFG_PIPELINES up ON up.PIPELINE_ID = "
+                "d.DEPENDS_ON_PIPELINE_ID WHERE d.PIPELINE_ID = ? AND d.ACTIVE_FLAG = 'Y' ORDER BY d.PIPELINE_DEPENDENCY_ID",
+                (pipeline_id,),
+            )
+        ]
 
     def task_edges(self, cur: Any, pipeline_id: int, task_id: int) -> list[Edge]:
-        return [Edge("task", int(r[0]), r[1], r[2] == "Y", int(r[3]), r[4], int(r[5]), r[6], int(r[3]) == pipeline_id)
-                for r in self._rows(
-            cur,
-            "SELECT d.TASK_DEPENDENCY_ID, d.DEPENDENCY_TYPE, d.CONSUME_REPAIRS, d.DEPENDS_ON_PIPELINE_ID, "
-            "up.PIPELINE_CODE, d.DEPENDS_ON_TASK_ID, ut.TASK_CODE FROM CFG_TASK_DEPENDENCY d "
-            "JOIN CFG_PIPELINES up ON up.PIPELINE_ID = d.DEPENDS_ON_PIPELINE_ID "
-            "JOIN CFG_TASKS ut ON ut.TASK_ID = d.DEPENDS_ON_TASK_ID "
-            "WHERE d.TASK_ID = ? AND d.ACTIVE_FLAG = 'Y' ORDER BY d.TASK_DEPENDENCY_ID",
-            (task_id,),
-        )]  # fmt: skip
+        return [
+            Edge(
+                "task",
+                int(r[0]),
+                r[1],
+                r[2] == "Y",
+                int(r[3]),
+                r[4],
+                int(r[5]),
+                r[6],
+                int(r[3]) == pipeline_id,
+            )
+            for r in self._rows(
+                cur,
+                "SELECT d.TASK_DEPENDENCY_ID, d.DEPENDENCY_TYPE, d.CONSUME_REPAIRS, d.DEPENDS_ON_PIPELINE_ID, "
+                "up.PIPELINE_CODE, d.DEPENDS_ON_TASK_ID, ut.TASK_CODE FROM CFG_TASK_DEPENDENCY d "
+                "JOIN CFG_PIPELINES up ON up.PIPELINE_ID = d.DEPENDS_ON_PIPELINE_ID "
+                "JOIN CFG_TASKS ut ON ut.TASK_ID = d.DEPENDS_ON_TASK_ID "
+                "WHERE d.TASK_ID = ? AND d.ACTIVE_FLAG = 'Y' ORDER BY d.TASK_DEPENDENCY_ID",
+                (task_id,),
+            )
+        ]
 
     def active_tasks(self, cur: Any, pipeline_id: int) -> list[tuple[str, bool]]:
         """The pipeline's active task codes, each with whether it is *lenient*: its gate may pass although an
         upstream failed or was skipped (a FAILURE or ALWAYS dependency, or an ANY / N run condition), so
         Airflow must be told to start it anyway (a trigger rule other than ``all_success``)."""
-        return [(r[0], bool(r[1])) for r in self._rows(
-            cur,
-            "SELECT t.TASK_CODE, CASE WHEN t.RUN_CONDITION IN ('ANY', 'N') OR EXISTS (SELECT 1 FROM "
-            "CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y' AND d.DEPENDENCY_TYPE IN "
-            "('FAILURE', 'ALWAYS')) THEN 1 ELSE 0 END FROM CFG_TASKS t WHERE t.PIPELINE_ID = ? AND t.ACTIVE_FLAG = 'Y'",
-            (pipeline_id,),
-        )]  # fmt: skip
+        return [
+            (r[0], bool(r[1]))
+            for r in self._rows(
+                cur,
+                "SELECT t.TASK_CODE, CASE WHEN t.RUN_CONDITION IN ('ANY', 'N') OR EXISTS (SELECT 1 FROM "
+                "CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y' AND d.DEPENDENCY_TYPE IN "
+                "('FAILURE', 'ALWAYS')) THEN 1 ELSE 0 END FROM CFG_TASKS t WHERE t.PIPELINE_ID = ? AND t.ACTIVE_FLAG = 'Y'",
+                (pipeline_id,),
+            )
+        ]
 
     # -- what the edges see ------------------------------------------------------------------------------
 
     def observe_latest(self, cur: Any, edge: Edge) -> Observed:
         """The upstream pipeline's latest finished non-backfill run, if newer than the edge's last consumption."""
         up = edge.upstream_pipeline_code
-        running = self._rows(
-            cur,
-            "SELECT PIPELINE_RUN_ID, RUN_KEY FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_ID = ? AND BACKFILL = 'N' "
-            "AND STATUS = 'IN-PROGRESS'",
-            (edge.upstream_pipeline_id,),
-        )
-        if running:
-            run_id, key = running[0]
-            return Observed("IN-PROGRESS", f"run {run_id} of {up} ({key or 'started outside Airflow'}, IN-PROGRESS)",
-                            int(run_id))  # fmt: skip
+        running = self._running(cur, edge)
+        if running is not None:
+            return running
         latest = self._rows(
             cur,
             "SELECT r.PIPELINE_RUN_ID, r.STATUS, r.OUTPUT_REVISION, (SELECT SUM(tr.ROWS_WRITTEN) FROM AUD_TASK_RUN_LOG tr "
@@ -226,55 +250,105 @@ class Gates:
             "AND r.BACKFILL = 'N' AND r.STATUS IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') "
             "ORDER BY r.PIPELINE_RUN_ID DESC LIMIT 1",
             (edge.upstream_pipeline_id,),
-        )  # fmt: skip
+        )
         if not latest:
             return Observed(None, f"no finished run of {up} yet")
         run_id, status, revision, rows = int(latest[0][0]), latest[0][1], int(latest[0][2]), latest[0][3]
-        consumed = self._rows(cur, _LAST_CONSUMED[edge.kind], (edge.dependency_id,))
-        if consumed:
-            c_run, c_rev = int(consumed[0][0]), int(consumed[0][1] or 0)
-            newer = run_id > c_run or (run_id == c_run and edge.consume_repairs and revision > c_rev)
-            if not newer:
-                repairs = "" if edge.consume_repairs else ", repairs not consumed (CONSUME_REPAIRS='N')"
-                return Observed(None, f"nothing new from {up}: its latest finished run {run_id} (revision "
-                                f"{revision}) was consumed already{repairs}")  # fmt: skip
+        stale = self._consumed_already(cur, edge, run_id, revision)
+        if stale is not None:
+            return stale
         task_run_id = None
         if edge.kind == "task":
             row = self._rows(
-                cur, "SELECT TASK_RUN_ID, STATUS, ROWS_WRITTEN FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND "
-                "PIPELINE_RUN_ID = ?", (edge.upstream_task_id, run_id),
-            )  # fmt: skip
+                cur,
+                "SELECT TASK_RUN_ID, STATUS, ROWS_WRITTEN FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND "
+                "PIPELINE_RUN_ID = ?",
+                (edge.upstream_task_id, run_id),
+            )
             # A task with no row in a finished run was never run in it: the finish would record it SKIPPED.
             task_run_id, status, rows = (
                 (int(row[0][0]), row[0][1], row[0][2]) if row else (None, "SKIPPED", None)
             )
         what = f"run {run_id} of {up}" + (f" task {edge.upstream_task_code}" if edge.kind == "task" else "")
-        return Observed(status, f"{what} ({status}, revision {revision}, {int(rows or 0)} rows written)", run_id,
-                        task_run_id, revision, None if rows is None else int(rows))  # fmt: skip
+        return Observed(
+            status,
+            f"{what} ({status}, revision {revision}, {int(rows or 0)} rows written)",
+            run_id,
+            task_run_id,
+            revision,
+            None if rows is None else int(rows),
+        )
 
-    def observe_same_run(self, cur: Any, edge: Edge, pipeline_run_id: int,
-                         airflow_states: UpstreamStates | None) -> Observed:  # fmt: skip
+    def _running(self, cur: Any, edge: Edge) -> Observed | None:
+        """The upstream pipeline's IN-PROGRESS non-backfill run, if any (the edge waits for it)."""
+        running = self._rows(
+            cur,
+            "SELECT PIPELINE_RUN_ID, RUN_KEY FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_ID = ? AND BACKFILL = 'N' "
+            "AND STATUS = 'IN-PROGRESS'",
+            (edge.upstream_pipeline_id,),
+        )
+        if not running:
+            return None
+        run_id, key = running[0]
+        where = f"run {run_id} of {edge.upstream_pipeline_code}"
+        return Observed(
+            "IN-PROGRESS", f"{where} ({key or 'started outside Airflow'}, IN-PROGRESS)", int(run_id)
+        )
+
+    def _consumed_already(self, cur: Any, edge: Edge, run_id: int, revision: int) -> Observed | None:
+        """The upstream's latest finished run (and revision) was consumed by this edge already: nothing new."""
+        consumed = self._rows(cur, _LAST_CONSUMED[edge.kind], (edge.dependency_id,))
+        if not consumed:
+            return None
+        c_run, c_rev = int(consumed[0][0]), int(consumed[0][1] or 0)
+        if run_id > c_run or (run_id == c_run and edge.consume_repairs and revision > c_rev):
+            return None
+        repairs = "" if edge.consume_repairs else ", repairs not consumed (CONSUME_REPAIRS='N')"
+        return Observed(
+            None,
+            f"nothing new from {edge.upstream_pipeline_code}: its latest finished run {run_id} (revision "
+            f"{revision}) was consumed already{repairs}",
+        )
+
+    def observe_same_run(
+        self, cur: Any, edge: Edge, pipeline_run_id: int, airflow_states: UpstreamStates | None
+    ) -> Observed:
         """The upstream task's row in the current run; before it has one, Airflow's state of that task."""
         code = edge.upstream_task_code or ""
         row = self._rows(
-            cur, "SELECT TASK_RUN_ID, STATUS, ROWS_WRITTEN FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?",
+            cur,
+            "SELECT TASK_RUN_ID, STATUS, ROWS_WRITTEN FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?",
             (edge.upstream_task_id, pipeline_run_id),
-        )  # fmt: skip
+        )
         if row:
             task_run_id, status, rows = int(row[0][0]), row[0][1], row[0][2]
-            return Observed(status, f"task {code} of this run ({status}, {int(rows or 0)} rows written)",
-                            pipeline_run_id, task_run_id, None, None if rows is None else int(rows))  # fmt: skip
+            return Observed(
+                status,
+                f"task {code} of this run ({status}, {int(rows or 0)} rows written)",
+                pipeline_run_id,
+                task_run_id,
+                None,
+                None if rows is None else int(rows),
+            )
         state = (airflow_states([code]) if airflow_states else {}).get(code)
         if state in AIRFLOW_FINISHED:
             status = AIRFLOW_FINISHED[state]
             return Observed(
                 status, f"task {code} of this run (not recorded; Airflow state {state})", pipeline_run_id
             )
-        return Observed("IN-PROGRESS", f"task {code} of this run (not started yet; Airflow state {state or 'none'})",
-                        pipeline_run_id)  # fmt: skip
+        return Observed(
+            "IN-PROGRESS",
+            f"task {code} of this run (not started yet; Airflow state {state or 'none'})",
+            pipeline_run_id,
+        )
 
-    def judge(self, edges: Sequence[Edge], observe: Callable[[Edge], Observed], condition: str | None = None,
-              count: int | None = None) -> GateVerdict:  # fmt: skip
+    def judge(
+        self,
+        edges: Sequence[Edge],
+        observe: Callable[[Edge], Observed],
+        condition: str | None = None,
+        count: int | None = None,
+    ) -> GateVerdict:
         verdicts = []
         for edge in edges:
             seen = observe(edge)
@@ -290,30 +364,48 @@ class Gates:
     ) -> None:
         """One ``AUD_GATE_DECISIONS`` row per decided edge."""
         for v in verdict.decided:
-            cur.execute(self.engine.sql(_RECORD_DECISION[v.edge.kind]), (pipeline_run_id, attempt_id, v.edge.dependency_id, v.observed.pipeline_run_id, v.observed.task_run_id,
-                v.observed.revision, v.result, clean_text(v.reason), now_db))  # fmt: skip
+            cur.execute(
+                self.engine.sql(_RECORD_DECISION[v.edge.kind]),
+                (
+                    pipeline_run_id,
+                    attempt_id,
+                    v.edge.dependency_id,
+                    v.observed.pipeline_run_id,
+                    v.observed.task_run_id,
+                    v.observed.revision,
+                    v.result,
+                    clean_text(v.reason),
+                    now_db,
+                ),
+            )
 
     def consume_run(self, cur: Any, pipeline_run_id: int, now_db: Any) -> None:
         """A run that succeeded consumes the upstream runs its SATISFIED pipeline-edge decisions selected."""
-        cur.execute(self.engine.sql(
-            "INSERT INTO AUD_DEPENDENCY_CONSUMPTION (PIPELINE_DEPENDENCY_ID, PIPELINE_ID, PIPELINE_RUN_ID, "
-            "DEPENDS_ON_PIPELINE_ID, CONSUMED_PIPELINE_RUN_ID, CONSUMED_AT, CONSUMED_REVISION) "
-            "SELECT g.PIPELINE_DEPENDENCY_ID, d.PIPELINE_ID, g.PIPELINE_RUN_ID, d.DEPENDS_ON_PIPELINE_ID, "
-            "g.SELECTED_PIPELINE_RUN_ID, ?, g.SELECTED_REVISION FROM AUD_GATE_DECISIONS g "
-            "JOIN CFG_PIPELINE_DEPENDENCY d ON d.PIPELINE_DEPENDENCY_ID = g.PIPELINE_DEPENDENCY_ID "
-            "WHERE g.PIPELINE_RUN_ID = ? AND g.RESULT = 'SATISFIED' AND g.SELECTED_PIPELINE_RUN_ID IS NOT NULL "
-            "AND NOT EXISTS (SELECT 1 FROM AUD_DEPENDENCY_CONSUMPTION c WHERE c.PIPELINE_DEPENDENCY_ID = "
-            "g.PIPELINE_DEPENDENCY_ID AND c.PIPELINE_RUN_ID = g.PIPELINE_RUN_ID)"
-        ), (now_db, pipeline_run_id))  # fmt: skip
+        cur.execute(
+            self.engine.sql(
+                "INSERT INTO AUD_DEPENDENCY_CONSUMPTION (PIPELINE_DEPENDENCY_ID, PIPELINE_ID, PIPELINE_RUN_ID, "
+                "DEPENDS_ON_PIPELINE_ID, CONSUMED_PIPELINE_RUN_ID, CONSUMED_AT, CONSUMED_REVISION) "
+                "SELECT g.PIPELINE_DEPENDENCY_ID, d.PIPELINE_ID, g.PIPELINE_RUN_ID, d.DEPENDS_ON_PIPELINE_ID, "
+                "g.SELECTED_PIPELINE_RUN_ID, ?, g.SELECTED_REVISION FROM AUD_GATE_DECISIONS g "
+                "JOIN CFG_PIPELINE_DEPENDENCY d ON d.PIPELINE_DEPENDENCY_ID = g.PIPELINE_DEPENDENCY_ID "
+                "WHERE g.PIPELINE_RUN_ID = ? AND g.RESULT = 'SATISFIED' AND g.SELECTED_PIPELINE_RUN_ID IS NOT NULL "
+                "AND NOT EXISTS (SELECT 1 FROM AUD_DEPENDENCY_CONSUMPTION c WHERE c.PIPELINE_DEPENDENCY_ID = "
+                "g.PIPELINE_DEPENDENCY_ID AND c.PIPELINE_RUN_ID = g.PIPELINE_RUN_ID)"
+            ),
+            (now_db, pipeline_run_id),
+        )
 
     def consume_attempt(self, cur: Any, attempt_id: int, now_db: Any) -> None:
         """An attempt that succeeded consumes what its SATISFIED cross-pipeline task-edge decisions selected."""
-        cur.execute(self.engine.sql(
-            "INSERT INTO AUD_DEPENDENCY_CONSUMPTION (TASK_DEPENDENCY_ID, PIPELINE_ID, PIPELINE_RUN_ID, TASK_ID, "
-            "DEPENDS_ON_PIPELINE_ID, CONSUMED_PIPELINE_RUN_ID, CONSUMED_TASK_RUN_ID, CONSUMED_AT, CONSUMED_REVISION) "
-            "SELECT g.TASK_DEPENDENCY_ID, d.PIPELINE_ID, g.PIPELINE_RUN_ID, d.TASK_ID, d.DEPENDS_ON_PIPELINE_ID, "
-            "g.SELECTED_PIPELINE_RUN_ID, g.SELECTED_TASK_RUN_ID, ?, g.SELECTED_REVISION FROM AUD_GATE_DECISIONS g "
-            "JOIN CFG_TASK_DEPENDENCY d ON d.TASK_DEPENDENCY_ID = g.TASK_DEPENDENCY_ID "
-            "WHERE g.ATTEMPT_ID = ? AND g.RESULT = 'SATISFIED' AND d.DEPENDS_ON_PIPELINE_ID <> d.PIPELINE_ID "
-            "AND g.SELECTED_PIPELINE_RUN_ID IS NOT NULL"
-        ), (now_db, attempt_id))  # fmt: skip
+        cur.execute(
+            self.engine.sql(
+                "INSERT INTO AUD_DEPENDENCY_CONSUMPTION (TASK_DEPENDENCY_ID, PIPELINE_ID, PIPELINE_RUN_ID, TASK_ID, "
+                "DEPENDS_ON_PIPELINE_ID, CONSUMED_PIPELINE_RUN_ID, CONSUMED_TASK_RUN_ID, CONSUMED_AT, CONSUMED_REVISION) "
+                "SELECT g.TASK_DEPENDENCY_ID, d.PIPELINE_ID, g.PIPELINE_RUN_ID, d.TASK_ID, d.DEPENDS_ON_PIPELINE_ID, "
+                "g.SELECTED_PIPELINE_RUN_ID, g.SELECTED_TASK_RUN_ID, ?, g.SELECTED_REVISION FROM AUD_GATE_DECISIONS g "
+                "JOIN CFG_TASK_DEPENDENCY d ON d.TASK_DEPENDENCY_ID = g.TASK_DEPENDENCY_ID "
+                "WHERE g.ATTEMPT_ID = ? AND g.RESULT = 'SATISFIED' AND d.DEPENDS_ON_PIPELINE_ID <> d.PIPELINE_ID "
+                "AND g.SELECTED_PIPELINE_RUN_ID IS NOT NULL"
+            ),
+            (now_db, attempt_id),
+        )

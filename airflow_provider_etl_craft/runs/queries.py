@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.schema import require_current
 from airflow_provider_etl_craft.errors import MetadataError
+from airflow_provider_etl_craft.runs.records import Pause
 
 #: Order of the task statuses in a run's summary ("3 SUCCESS, 1 SKIPPED"); others follow alphabetically.
 STATUS_ORDER = ("IN-PROGRESS", "SUCCESS", "FAILED", "SKIPPED", "CANCELLED")
@@ -59,16 +60,6 @@ class PipelineInfo:
     pipeline_name: str | None
     active_flag: str
     sla_in_hours: float | None
-
-
-@dataclass(frozen=True)
-class PauseInfo:
-    """An open ``AUD_PIPELINE_PAUSES`` row (``RESUMED_AT IS NULL``): claims skip the pipeline's DAG runs."""
-
-    paused_at: datetime | None
-    paused_by: str | None
-    paused_by_kind: str | None
-    reason: str | None
 
 
 @dataclass(frozen=True)
@@ -181,7 +172,7 @@ class RunQueries:
             "SELECT PIPELINE_ID, PIPELINE_CODE, PIPELINE_NAME, ACTIVE_FLAG, SLA_IN_HOURS FROM CFG_PIPELINES "
             "WHERE PIPELINE_CODE = ? ORDER BY CASE WHEN ACTIVE_FLAG = 'Y' THEN 0 ELSE 1 END, PIPELINE_ID DESC LIMIT 1",
             (code,),
-        )  # fmt: skip
+        )
         if not rows:
             known = {
                 r[0].lower(): r[0] for r in self._rows("SELECT DISTINCT PIPELINE_CODE FROM CFG_PIPELINES")
@@ -195,17 +186,10 @@ class RunQueries:
         pid, pcode, name, flag, sla = rows[0]
         return PipelineInfo(int(pid), pcode, name, flag, None if sla is None else float(sla))
 
-    def open_pause(self, pipeline_id: int) -> PauseInfo | None:
+    def open_pause(self, pipeline_id: int) -> Pause | None:
         """The pipeline's open pause, if any (the schema allows at most one)."""
-        rows = self._rows(
-            "SELECT PAUSED_AT, PAUSED_BY, PAUSED_BY_KIND, REASON FROM AUD_PIPELINE_PAUSES "
-            "WHERE PIPELINE_ID = ? AND RESUMED_AT IS NULL ORDER BY PIPELINE_PAUSE_ID DESC LIMIT 1",
-            (pipeline_id,),
-        )
-        if not rows:
-            return None
-        paused_at, by, kind, reason = rows[0]
-        return PauseInfo(self.engine.from_db_time(paused_at), by, kind, reason)
+        rows = self._rows(Pause.OPEN, (pipeline_id,))
+        return Pause.from_db(self.engine, rows[0]) if rows else None
 
     def current_or_latest_run(self, code: str) -> RunInfo | None:
         """The pipeline's IN-PROGRESS run, else its newest run, with task runs and attempts (None: no runs)."""
@@ -235,18 +219,37 @@ class RunQueries:
         for task_run_id, aid, index, number, status, host, pid, started, ended, error in self._rows(
             _ATTEMPTS, span
         ):
-            attempts.setdefault(int(task_run_id), []).append(AttemptInfo(
-                int(aid), None if index is None else int(index), int(number), status, host,
-                None if pid is None else int(pid), t(started), t(ended), error,
-            ))  # fmt: skip
+            attempts.setdefault(int(task_run_id), []).append(
+                AttemptInfo(
+                    int(aid),
+                    None if index is None else int(index),
+                    int(number),
+                    status,
+                    host,
+                    None if pid is None else int(pid),
+                    t(started),
+                    t(ended),
+                    error,
+                )
+            )
         tasks: dict[int, list[TaskRunInfo]] = {}
         for row in self._rows(_TASK_RUNS, span):
             run_id, trid, task_code, status, attempt_count, *counts = row[:11]
             start, end, error, log = row[11:]
-            tasks.setdefault(int(run_id), []).append(TaskRunInfo(
-                int(trid), task_code, status, int(attempt_count), *(None if c is None else int(c) for c in counts),
-                t(start), t(end), error, log, tuple(attempts.get(int(trid), ())),
-            ))  # fmt: skip
+            tasks.setdefault(int(run_id), []).append(
+                TaskRunInfo(
+                    int(trid),
+                    task_code,
+                    status,
+                    int(attempt_count),
+                    *(None if c is None else int(c) for c in counts),
+                    t(start),
+                    t(end),
+                    error,
+                    log,
+                    tuple(attempts.get(int(trid), ())),
+                )
+            )
         # Runs of other pipelines inside the id range were filtered out by code; newer runs of this one
         # (started between the queries) are dropped here.
         return [r.with_task_runs(tuple(tasks.get(r.pipeline_run_id, ()))) for r in runs]

@@ -330,7 +330,7 @@ def test_status_shows_the_running_run_and_an_open_pause(engine: EngineSetup, run
     doc = cli_json(engine, "status", "--pipeline", "SALES")
     assert list(doc) == ["pipeline", "pause", "run"]
     assert pipeline_doc(doc) == SALES
-    assert doc["pause"] == {"paused_at": "2026-07-04T06:00:00.000Z", "paused_by": "bob", "paused_by_kind": "HUMAN",
+    assert doc["pause"] == {"pause_id": doc["pause"]["pause_id"], "paused_at": "2026-07-04T06:00:00.000Z", "paused_by": "bob", "paused_by_kind": "HUMAN",
                             "reason": "warehouse upgrade"}  # fmt: skip
     assert stripped_ids(normalized(doc["run"])) == expected_runs(runs)[0]
 

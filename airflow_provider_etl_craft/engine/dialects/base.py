@@ -48,9 +48,27 @@ class EngineDialect(ABC):
 
     #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
     begin_statement: ClassVar[str] = "BEGIN"
-    #: Whether ``INSERT``/``UPDATE … RETURNING`` may run inside ``WITH`` (PostgreSQL), so that several
-    #: dependent writes go to the server as one atomic statement: one round trip instead of a transaction.
-    writes_in_with: ClassVar[bool] = False
+    # -- single-statement forms of run-lifecycle writes ---------------------------------------------------
+    # Where a dialect can send several dependent writes as one atomic statement (PostgreSQL: INSERT/UPDATE …
+    # RETURNING inside WITH), the run lifecycle's commonest writes take one round trip instead of a
+    # transaction. Each returns None where the dialect has no such form; the lifecycle then takes its one
+    # transaction form, which is also what decides every case the single statement leaves alone.
+
+    def start_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        """Open attempt and task run when nothing needs judging; ``(ATTEMPT_ID, TASK_RUN_ID, PIPELINE_RUN_ID)``.
+
+        ``params``: task code, run key, pipeline code, now, attempt number, owner, claimed/started/heartbeat
+        times, host, pid, log path, requested by, its kind. None: written nothing (judge it in a transaction).
+        """
+        return None
+
+    def end_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> int | None:
+        """End a live attempt and copy it to its task run; the number of task runs updated (0: not live).
+
+        ``params``: attempt status, ended, heartbeat, six counts, error; attempt id, owner; task-run status,
+        end date, six counts, error. None: no single-statement form here.
+        """
+        return None
 
     @abstractmethod
     def to_db_time(self, value: datetime) -> Any:

@@ -46,7 +46,6 @@ POOLER_REFUSED_STARTUP = frozenset({"options"})
 class PostgresDialect(EngineDialect):
     name = "postgresql"
     placeholder = "%s"
-    writes_in_with = True
 
     def __init__(self, profile: Any) -> None:
         super().__init__(profile)
@@ -351,9 +350,52 @@ class PostgresDialect(EngineDialect):
     def execute_script(self, cursor: Any, text: str) -> None:
         cursor.execute(text)
 
+    def start_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        rows = self.execute(conn, _START_ATTEMPT, params).rows
+        return rows[0] if rows else None
+
+    def end_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> int | None:
+        return self.execute(conn, _END_ATTEMPT, params).rowcount
+
     def table_names_query(self) -> tuple[str, tuple[Any, ...]]:
         return (
             "SELECT upper(c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = ? AND c.relkind IN ('r', 'p')",
             (self.profile.schema,),
         )
+
+
+#: Start an attempt in one statement when nothing needs judging: the keyed run is IN-PROGRESS (its row
+#: share-locked, as the transaction form does), the task has no dependencies, the pipeline is not paused
+#: and no earlier attempt is live. Otherwise nothing is written and the transaction form decides.
+_START_ATTEMPT = (
+    "WITH info AS (SELECT t.TASK_ID, r.PIPELINE_RUN_ID FROM CFG_PIPELINES p "
+    "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
+    "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
+    "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' AND r.STATUS = 'IN-PROGRESS' "
+    "AND NOT EXISTS (SELECT 1 FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y') "
+    "AND NOT EXISTS (SELECT 1 FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID "
+    "AND pp.RESUMED_AT IS NULL) "
+    "AND NOT EXISTS (SELECT 1 FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la ON la.TASK_RUN_ID = ltr.TASK_RUN_ID "
+    "WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
+    "AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) "
+    "FOR SHARE OF r), "
+    "tr AS (INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
+    "SELECT TASK_ID, PIPELINE_RUN_ID, ?, 'IN-PROGRESS', 1 FROM info "
+    "ON CONFLICT (TASK_ID, PIPELINE_RUN_ID) DO UPDATE SET STATUS = 'IN-PROGRESS', END_DATE = NULL, "
+    "ERROR_MESSAGE = NULL, ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 "
+    "RETURNING TASK_RUN_ID, PIPELINE_RUN_ID) "
+    "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, "
+    "HEARTBEAT_AT, HOST, PID, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND) "
+    "SELECT TASK_RUN_ID, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM tr "
+    "RETURNING ATTEMPT_ID, TASK_RUN_ID, (SELECT PIPELINE_RUN_ID FROM tr)"
+)
+#: End a live attempt and copy it to its task run in one statement (no consumption to write).
+_END_ATTEMPT = (
+    "WITH a AS (UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
+    "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
+    "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') RETURNING TASK_RUN_ID) "
+    "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, INSERT_COUNT = ?, "
+    "UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
+    "WHERE TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM a)"
+)

@@ -1,0 +1,167 @@
+"""End a live attempt, or park it while Airflow reschedules or defers its try (SPEC §9 *Task attempts*)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_etl_craft.errors import StaleTransitionError
+from airflow_provider_etl_craft.runs.counts import TaskCounts, clean_text
+from airflow_provider_etl_craft.runs.mapped import IndexAttempt, settle
+from airflow_provider_etl_craft.runs.records import ATTEMPT_ENDS, SKIP_NOTE, AttemptHandle, map_key
+from airflow_provider_etl_craft.runs.transition import Transition
+
+
+class ParkAttempt(Transition):
+    """Park the live attempt QUEUED while no worker runs its try (a reschedule or a deferral)."""
+
+    def __call__(self, handle: AttemptHandle, note: str) -> None:
+        """See :meth:`~.lifecycle.RunLifecycle.park_task`."""
+        now_db = self.now()[1]
+        updated = self.engine.execute(
+            self.conn,
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'QUEUED', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "
+            "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = 'RUNNING'",
+            (now_db, now_db, clean_text(note), handle.attempt_id, handle.owner_id),
+        ).rowcount
+        if updated != 1:
+            raise closed_by_someone_else(handle)
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """What an ended attempt writes to its row and its task run's."""
+
+    attempt_status: str
+    run_status: str
+    counts: tuple[int | None, ...]
+    error: str | None
+    #: TASK_LOG (a skip's reason; None keeps the row's).
+    note: str | None
+    now_db: Any
+
+
+class EndAttempt(Transition):
+    """End the attempt and copy it to its task run (one statement where the dialect has one, else one
+    transaction)."""
+
+    def __call__(
+        self,
+        handle: AttemptHandle,
+        status: str,
+        counts: TaskCounts | None = None,
+        error: str | None = None,
+        map_count: int | None = None,
+    ) -> None:
+        """See :meth:`~.lifecycle.RunLifecycle.finish_task`."""
+        if status not in ATTEMPT_ENDS:
+            raise ValueError(f"an attempt ends {', '.join(ATTEMPT_ENDS)}, not {status!r}")
+        message = None if error is None else clean_text(error)
+        note = None
+        if status == "SKIPPED":
+            note, message = clean_text(SKIP_NOTE + (error or "")), None
+        ending = _Ending(
+            *ATTEMPT_ENDS[status], (counts or TaskCounts()).values(), message, note, self.now()[1]
+        )
+        consume = status == "SUCCESS" and handle.consumes
+        if note is None and handle.map_index is None and not consume:
+            at_once = (ending.attempt_status, ending.now_db, ending.now_db, *ending.counts, message)
+            at_once += (
+                handle.attempt_id,
+                handle.owner_id,
+                ending.run_status,
+                ending.now_db,
+                *ending.counts,
+                message,
+            )
+            updated = self.engine.end_attempt_at_once(self.conn, at_once)
+            if updated is not None:
+                if updated != 1:
+                    raise closed_by_someone_else(handle)
+                return
+        self._in_transaction(handle, ending, map_count, consume)
+
+    def _in_transaction(
+        self, handle: AttemptHandle, ending: _Ending, map_count: int | None, consume: bool
+    ) -> None:
+        now_db, counts, error, note = ending.now_db, ending.counts, ending.error, ending.note
+        with self.engine.transaction(self.conn) as cur:
+            updated = self.exec(
+                cur,
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
+                "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, "
+                "ERROR_MESSAGE = ?, TASK_LOG = COALESCE(?, TASK_LOG) WHERE ATTEMPT_ID = ? AND OWNER_ID = ? "
+                "AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')",
+                (
+                    ending.attempt_status,
+                    now_db,
+                    now_db,
+                    *counts,
+                    error,
+                    note,
+                    handle.attempt_id,
+                    handle.owner_id,
+                ),
+            ).rowcount
+            if updated != 1:
+                raise closed_by_someone_else(handle)
+            if handle.map_index is not None:
+                settle_mapped(self, cur, handle.task_run_id, map_count, now_db)
+            else:
+                self.exec(
+                    cur,
+                    "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, "
+                    "INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ?, "
+                    "TASK_LOG = COALESCE(?, TASK_LOG) WHERE TASK_RUN_ID = ?",
+                    (ending.run_status, now_db, *counts, error, note, handle.task_run_id),
+                )
+            if consume:
+                self.gates.consume_attempt(cur, handle.attempt_id, now_db)
+
+
+def settle_mapped(
+    transition: Transition,
+    cur: Any,
+    task_run_id: int,
+    map_count: int | None,
+    now_db: Any,
+    airflow_only: Mapping[int, IndexAttempt] | None = None,
+) -> str:
+    """Write a mapped task run's status and counts from its map indexes' latest attempts; returns it.
+
+    :param airflow_only: map indexes that recorded no attempt, as Airflow reports them (finish only).
+    """
+    latest: dict[int, IndexAttempt] = dict(airflow_only or {})
+    for map_index, status, log, error, *counts in transition.exec(
+        cur,
+        "SELECT MAP_INDEX, STATUS, TASK_LOG, ERROR_MESSAGE, SOURCE_COUNT, TARGET_COUNT, INSERT_COUNT, "
+        "UPDATE_COUNT, DELETE_COUNT, ROWS_WRITTEN FROM AUD_TASK_ATTEMPTS WHERE TASK_RUN_ID = ? "
+        "ORDER BY COALESCE(MAP_INDEX, -1), ATTEMPT_NUMBER",
+        (task_run_id,),
+    ).fetchall():
+        skipped = status == "CANCELLED" and (log or "").startswith(SKIP_NOTE)
+        latest[map_key(map_index)] = IndexAttempt(status, skipped, error, counts)
+    settled = settle(latest, map_count)
+    transition.exec(
+        cur,
+        "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, "
+        "INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ?, TASK_LOG = ? "
+        "WHERE TASK_RUN_ID = ?",
+        (
+            settled.status,
+            None if settled.status == "IN-PROGRESS" else now_db,
+            *settled.counts,
+            settled.error,
+            settled.log,
+            task_run_id,
+        ),
+    )
+    return settled.status
+
+
+def closed_by_someone_else(handle: AttemptHandle) -> StaleTransitionError:
+    return StaleTransitionError(
+        f"attempt {handle.attempt_number} of task {handle.task_code} (ATTEMPT_ID {handle.attempt_id}) "
+        "was closed by someone else (a later try or the finish task); its result is not recorded"
+    )

@@ -1,0 +1,190 @@
+"""Claim a pipeline run for a DAG run, and close a run whose driver is gone (SPEC §9 *Claim*)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from airflow_provider_etl_craft.engine.schema import require_current
+from airflow_provider_etl_craft.errors import MetadataError
+from airflow_provider_etl_craft.runs.counts import clean_text
+from airflow_provider_etl_craft.runs.gates import SATISFIED, WAIT
+from airflow_provider_etl_craft.runs.identity import RunIdentity
+from airflow_provider_etl_craft.runs.records import ClaimOutcome, RunRow
+from airflow_provider_etl_craft.runs.transition import Transition
+
+#: The keyed run and any IN-PROGRESS run of the pipeline; parameters: PIPELINE_ID, RUN_KEY.
+_CANDIDATES = (
+    f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? "  # noqa: S608 - constant
+    "AND (r.RUN_KEY = ? OR r.STATUS = 'IN-PROGRESS') ORDER BY r.PIPELINE_RUN_ID"
+)
+#: One run of a pipeline, row-locked; parameters: PIPELINE_RUN_ID, PIPELINE_CODE.
+_RUN_OF_PIPELINE = (
+    f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p "  # noqa: S608 - constant
+    "ON p.PIPELINE_ID = r.PIPELINE_ID WHERE r.PIPELINE_RUN_ID = ? AND p.PIPELINE_CODE = ? FOR UPDATE"
+)
+
+
+class Claim(Transition):
+    """Bind a DAG run to its Engine run, under the ``pipeline:<code>`` lock."""
+
+    def __call__(
+        self,
+        pipeline_code: str,
+        identity: RunIdentity,
+        task_codes: Collection[str] | None = None,
+        where: str = "the DAG",
+    ) -> ClaimOutcome:
+        """See :meth:`~.lifecycle.RunLifecycle.claim`."""
+        require_current(self.engine, self.conn)
+        try:
+            with self.locked(pipeline_code) as cur:
+                pipeline_id, _ = self.active_pipeline(cur, pipeline_code)
+                lenient = (
+                    ()
+                    if task_codes is None
+                    else self._lenient(cur, pipeline_id, pipeline_code, task_codes, where)
+                )
+                outcome = self._claim_run(cur, pipeline_id, pipeline_code, identity)
+        except self.engine.integrity_error() as exc:
+            raise self.conflict(exc, f"claiming {identity.run_key} for {pipeline_code}") from None
+        if lenient and outcome.action in ("CREATED", "REOPENED", "RESUMED"):
+            return ClaimOutcome(
+                outcome.action, outcome.pipeline_run_id, reason=outcome.reason, lenient_tasks=lenient
+            )
+        return outcome
+
+    def _lenient(
+        self, cur: Any, pipeline_id: int, code: str, task_codes: Collection[str], where: str
+    ) -> tuple[str, ...]:
+        """Compare the DAG's task codes with the active ``CFG_TASKS``; return the lenient ones (one query).
+
+        :raises MetadataError: the codes differ.
+        """
+        rows = self.gates.active_tasks(cur, pipeline_id)
+        active = {r[0] for r in rows}
+        unknown, missing = sorted(set(task_codes) - active), sorted(active - set(task_codes))
+        parts = []
+        if unknown:
+            parts.append(
+                f"{where} records task codes that are not active tasks of {code}: {', '.join(unknown)}"
+            )
+        if missing:
+            parts.append(f"active CFG_TASKS of {code} that {where} does not run: {', '.join(missing)}")
+        if parts:
+            raise MetadataError(
+                "; ".join(parts)
+                + "; make the DAG's task codes and CFG_TASKS agree (add, rename or retire tasks "
+                "through a project migration, or set task_code= on the DAG's tasks)"
+            )
+        return tuple(sorted(c for c, lenient in rows if lenient))
+
+    def _claim_run(self, cur: Any, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
+        rows = [
+            self.run_row(r) for r in self.exec(cur, _CANDIDATES, (pipeline_id, identity.run_key)).fetchall()
+        ]
+        mine = next((r for r in rows if r.run_key == identity.run_key), None)
+        if mine is not None and mine.status == "IN-PROGRESS":
+            return ClaimOutcome("RESUMED", mine.pipeline_run_id)
+        blocking = next((r for r in rows if r.status == "IN-PROGRESS"), None)
+        if blocking is not None:
+            return ClaimOutcome("BLOCKED", blocking=blocking)
+        pause = self.open_pause(cur, pipeline_id)
+        if pause is not None:
+            reason = pause.describe(code)
+            if mine is not None:  # a cleared DAG run of an ended run: left as it is while paused
+                return ClaimOutcome("SKIPPED", mine.pipeline_run_id, reason=reason)
+            run_id = self._insert_run(
+                cur, pipeline_id, identity, "SKIPPED", (pause.paused_by, pause.paused_by_kind)
+            )
+            return ClaimOutcome("SKIPPED", run_id, reason=reason)
+        if mine is not None:
+            cleared = f"Airflow DAG run {identity.run_id} of {identity.dag_id} ran again (cleared)"
+            self.reopen(cur, mine, identity, cleared)
+            return ClaimOutcome("REOPENED", mine.pipeline_run_id)
+        return self._judged_insert(cur, pipeline_id, code, identity)
+
+    def _judged_insert(self, cur: Any, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
+        """A new run, IN-PROGRESS or SKIPPED as the pipeline's dependencies decide (nothing while they wait)."""
+        edges = self.gates.pipeline_edges(cur, pipeline_id)
+        if not edges:
+            return ClaimOutcome("CREATED", self._insert_run(cur, pipeline_id, identity, "IN-PROGRESS"))
+        verdict = self.gates.judge(edges, lambda edge: self.gates.observe_latest(cur, edge))
+        if verdict.result == WAIT:
+            return ClaimOutcome("WAITING", reason=f"pipeline {code}: {verdict.reason}")
+        status = "IN-PROGRESS" if verdict.result == SATISFIED else "SKIPPED"
+        run_id = self._insert_run(cur, pipeline_id, identity, status, (identity.actor, identity.actor_kind))
+        self.gates.record(cur, verdict, run_id, None, self.now()[1])
+        action = "CREATED" if status == "IN-PROGRESS" else "SKIPPED"
+        return ClaimOutcome(action, run_id, reason=f"pipeline {code}: {verdict.reason}")
+
+    def _insert_run(
+        self,
+        cur: Any,
+        pipeline_id: int,
+        identity: RunIdentity,
+        status: str,
+        ended_by: tuple[str | None, str | None] | None = None,
+    ) -> int:
+        """Insert the keyed run IN-PROGRESS, or already ended (SKIPPED) with ``ended_by`` (actor, kind)."""
+        now_db = self.now()[1]
+        run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
+        end, by, kind = (now_db, *ended_by) if status != "IN-PROGRESS" and ended_by else (None, None, None)
+        (run_id,) = self.exec(
+            cur,
+            "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, END_DATE, STATUS, RUN_DATE, BACKFILL, "
+            "RUN_KEY, TRIGGER_KIND, OWNER_ID, STARTED_BY, STARTED_BY_KIND, ENDED_BY, ENDED_BY_KIND) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 'ORCHESTRATOR', ?, ?, ?, ?, ?) RETURNING PIPELINE_RUN_ID",
+            (
+                pipeline_id,
+                now_db,
+                end,
+                status,
+                run_date,
+                "Y" if identity.backfill else "N",
+                identity.run_key,
+                identity.run_key,
+                identity.actor,
+                identity.actor_kind,
+                by,
+                kind,
+            ),
+        ).fetchone()
+        return int(run_id)
+
+
+class Abandon(Transition):
+    """Close an IN-PROGRESS run whose driver is gone as CANCELLED (CANCEL intervention; attempts LOST)."""
+
+    def __call__(self, pipeline_code: str, pipeline_run_id: int, identity: RunIdentity, reason: str) -> bool:
+        """See :meth:`~.lifecycle.RunLifecycle.close_abandoned`."""
+        with self.locked(pipeline_code) as cur:
+            row = self.exec(cur, _RUN_OF_PIPELINE, (pipeline_run_id, pipeline_code)).fetchone()
+            if row is None or row[2] != "IN-PROGRESS":
+                return False
+            run = self.run_row(row)
+            now_db = self.now()[1]
+            note = clean_text(f"abandoned: {reason}")
+            self.exec(
+                cur,
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "
+                "WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+                "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?)",
+                (now_db, note, pipeline_run_id),
+            )
+            self.exec(
+                cur,
+                "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'CANCELLED', END_DATE = ?, ERROR_MESSAGE = ? "
+                "WHERE PIPELINE_RUN_ID = ? AND STATUS = 'IN-PROGRESS'",
+                (now_db, note, pipeline_run_id),
+            )
+            self.exec(
+                cur,
+                "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = 'CANCELLED', END_DATE = ?, ENDED_BY = ?, "
+                "ENDED_BY_KIND = ?, REPAIR_PENDING = 'N' WHERE PIPELINE_RUN_ID = ?",
+                (now_db, identity.actor, identity.actor_kind, pipeline_run_id),
+            )
+            self.intervention(
+                cur, run, "CANCEL", ("IN-PROGRESS", "CANCELLED"), f"abandoned: {reason}", identity
+            )
+            return True

@@ -1,0 +1,239 @@
+"""End a pipeline run once Airflow is done with its tasks (SPEC §9 *Finish*)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_etl_craft.errors import RunStateError
+from airflow_provider_etl_craft.runs.attempts import settle_mapped
+from airflow_provider_etl_craft.runs.identity import RunIdentity
+from airflow_provider_etl_craft.runs.mapped import AIRFLOW_FAILED, IndexAttempt
+from airflow_provider_etl_craft.runs.records import ALERT_HANDLER, FAILING_TASK, FinishOutcome, RunRow
+from airflow_provider_etl_craft.runs.transition import Transition
+
+#: The keyed run with its SLA, row-locked; parameters: pipeline code, run key.
+_KEYED_RUN = (
+    f"SELECT {RunRow.COLUMNS}, r.SLA_STATUS, p.SLA_IN_HOURS FROM AUD_PIPELINES_RUN_LOG r "  # noqa: S608 - constant
+    "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND r.RUN_KEY = ? "
+    "ORDER BY r.PIPELINE_RUN_ID DESC FOR UPDATE"
+)
+#: Every task of the run's pipeline with its task run, if any; parameters: pipeline run id, pipeline id.
+_TASKS_OF_RUN = (
+    "SELECT t.TASK_ID, t.TASK_CODE, t.HANDLER, tr.TASK_RUN_ID, tr.STATUS FROM CFG_TASKS t "
+    "LEFT JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_ID = t.TASK_ID AND tr.PIPELINE_RUN_ID = ? "
+    "WHERE t.PIPELINE_ID = ? AND (t.ACTIVE_FLAG = 'Y' OR tr.TASK_RUN_ID IS NOT NULL)"
+)
+
+
+class FinishRun(Transition):
+    """End the keyed run under the pipeline lock, in one transaction, as Airflow saw its tasks."""
+
+    def __call__(
+        self,
+        pipeline_code: str,
+        identity: RunIdentity,
+        airflow_states: Mapping[str, str | None],
+        map_states: Mapping[str, Mapping[int, str | None]] | None = None,
+        not_deciding: Collection[str] = (),
+    ) -> FinishOutcome:
+        """See :meth:`~.lifecycle.RunLifecycle.finish_run`."""
+        with self.locked(pipeline_code) as cur:
+            row = self.exec(cur, _KEYED_RUN, (pipeline_code, identity.run_key)).fetchone()
+            if row is None:
+                raise RunStateError(
+                    f"no Engine run of pipeline {pipeline_code} has the run key {identity.run_key}, so there is "
+                    "nothing to finish; the claim task failed or did not run (see its log)"
+                )
+            run, sla_status, sla_hours = self.run_row(row[: RunRow.WIDTH]), *row[RunRow.WIDTH :]
+            if run.status != "IN-PROGRESS":
+                return FinishOutcome(
+                    run.pipeline_run_id, run.status, already_ended=True, sla_status=sla_status
+                )
+            now, now_db = self.now()
+            lost = self._close_lost(cur, run.pipeline_run_id, now_db)
+            statuses, skipped = self._task_statuses(
+                cur, run, identity, airflow_states, map_states or {}, now_db
+            )
+            final = _final_status(statuses, frozenset(not_deciding))
+            new_sla = None if sla_status is not None else _sla(run, sla_hours, now)
+            self._close_run(cur, run, final, new_sla, identity, now_db)
+        failed = tuple(sorted(c for c, _, s in statuses if s in FAILING_TASK))
+        return FinishOutcome(
+            run.pipeline_run_id,
+            final,
+            False,
+            tuple(sorted(skipped)),
+            tuple(sorted(lost)),
+            failed,
+            sla_status or new_sla,
+        )
+
+    def _close_run(
+        self, cur: Any, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any
+    ) -> None:
+        """Write the run's end (a repair raises OUTPUT_REVISION) and, on SUCCESS, what it consumed."""
+        revision = run.output_revision + (1 if run.repair_pending == "Y" else 0)
+        self.exec(
+            cur,
+            "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = ?, END_DATE = ?, ENDED_BY = ?, ENDED_BY_KIND = ?, "
+            "SLA_STATUS = COALESCE(SLA_STATUS, ?), OUTPUT_REVISION = ?, REPAIR_PENDING = 'N' "
+            "WHERE PIPELINE_RUN_ID = ?",
+            (final, now_db, identity.actor, identity.actor_kind, new_sla, revision, run.pipeline_run_id),
+        )
+        if final == "SUCCESS":
+            self.gates.consume_run(cur, run.pipeline_run_id, now_db)
+
+    def _task_statuses(
+        self,
+        cur: Any,
+        run: RunRow,
+        identity: RunIdentity,
+        airflow_states: Mapping[str, str | None],
+        map_states: Mapping[str, Mapping[int, str | None]],
+        now_db: Any,
+    ) -> tuple[list[tuple[str, str, str]], list[str]]:
+        """Settle every task of the DAG: ``(code, handler, status)`` of each, and the codes recorded SKIPPED
+        because Airflow never ran them."""
+        statuses: list[tuple[str, str, str]] = []
+        skipped: list[str] = []
+        for task_id, task_code, handler, task_run_id, status in self.exec(
+            cur, _TASKS_OF_RUN, (run.pipeline_run_id, run.pipeline_id)
+        ).fetchall():
+            if task_code in map_states and (task_run_id is not None or map_states[task_code]):
+                indexes = map_states[task_code]
+                task_run_id = task_run_id or self._insert_task_run(cur, task_id, run.pipeline_run_id, now_db)
+                status = settle_mapped(self, cur, task_run_id, len(indexes), now_db, _unrecorded(indexes))
+            elif task_run_id is None:
+                if task_code not in airflow_states:
+                    continue  # active in CFG_TASKS but not part of this DAG
+                status = self._record_unrun(cur, run, task_id, airflow_states[task_code], identity, now_db)
+                if status == "SKIPPED":
+                    skipped.append(task_code)
+            else:
+                state = airflow_states.get(task_code)
+                status = self._follow_mark(cur, run, (task_id, task_run_id), status, state, identity, now_db)
+            statuses.append((task_code, handler, status))
+        return statuses, skipped
+
+    def _close_lost(self, cur: Any, pipeline_run_id: int, now_db: Any) -> list[str]:
+        """Close attempts a killed worker left live as LOST, their task runs FAILED; returns the task codes."""
+        lost = self.exec(
+            cur,
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "
+            "WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+            "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?) "
+            "RETURNING TASK_RUN_ID",
+            (
+                now_db,
+                "lost: the attempt was still live when the DAG run finished (its worker ended without "
+                "recording, or the task was marked by hand while it ran)",
+                pipeline_run_id,
+            ),
+        ).fetchall()
+        if not lost:
+            return []
+        failed = self.exec(
+            cur,
+            "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'FAILED', END_DATE = ?, ERROR_MESSAGE = ? "
+            "WHERE PIPELINE_RUN_ID = ? AND STATUS = 'IN-PROGRESS' RETURNING "
+            "(SELECT TASK_CODE FROM CFG_TASKS t WHERE t.TASK_ID = AUD_TASK_RUN_LOG.TASK_ID)",
+            (now_db, "failed: its attempt was lost (the worker ended without recording)", pipeline_run_id),
+        ).fetchall()
+        return [r[0] for r in failed]
+
+    def _insert_task_run(self, cur: Any, task_id: int, pipeline_run_id: int, now_db: Any) -> int:
+        (task_run_id,) = self.exec(
+            cur,
+            "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
+            "VALUES (?, ?, ?, 'IN-PROGRESS', 0) RETURNING TASK_RUN_ID",
+            (task_id, pipeline_run_id, now_db),
+        ).fetchone()
+        return int(task_run_id)
+
+    def _record_unrun(
+        self, cur: Any, run: RunRow, task_id: int, state: str | None, identity: RunIdentity, now_db: Any
+    ) -> str:
+        """A task of the DAG that recorded no attempt: recorded as Airflow saw it; returns its status."""
+        if state == "success":
+            status, why = "SUCCESS", "marked success in Airflow without running here (no attempt recorded)"
+        elif state in AIRFLOW_FAILED:
+            status, why = (
+                "FAILED",
+                f"failed in Airflow before it recorded an attempt (Airflow state: {state})",
+            )
+        else:
+            status, why = "SKIPPED", f"not run by Airflow (Airflow state: {state or 'none'})"
+        self.exec(
+            cur,
+            "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, END_DATE, STATUS, ATTEMPT_COUNT, "
+            "ERROR_MESSAGE, TASK_LOG) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
+            (task_id, run.pipeline_run_id, now_db, now_db, status, why if status == "FAILED" else None, why),
+        )
+        if status == "SUCCESS":
+            self.intervention(cur, run, "MARK", (None, "SUCCESS"), why, identity, task_id)
+        return status
+
+    def _follow_mark(
+        self,
+        cur: Any,
+        run: RunRow,
+        task: tuple[int, int],
+        status: str,
+        state: str | None,
+        identity: RunIdentity,
+        now_db: Any,
+    ) -> str:
+        """Follow a task marked success or failed by hand in Airflow: the task run takes Airflow's outcome
+        and a MARK intervention records the change. ``task`` is (task id, task run id); returns the status."""
+        if state == "success" and status not in ("SUCCESS", "IN-PROGRESS"):
+            to_status = "SUCCESS"
+        elif state == "failed" and status == "SUCCESS":
+            to_status = "FAILED"
+        else:
+            return status
+        reason = (
+            f"marked {state} in Airflow (by hand in the UI or API) while the Engine DB had {status}; recorded "
+            "as Airflow says"
+        )
+        self.exec(
+            cur,
+            "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = COALESCE(END_DATE, ?), ERROR_MESSAGE = ?, "
+            "TASK_LOG = ? WHERE TASK_RUN_ID = ?",
+            (to_status, now_db, reason if to_status == "FAILED" else None, reason, task[1]),
+        )
+        self.intervention(cur, run, "MARK", (status, to_status), reason, identity, task[0])
+        return to_status
+
+
+def _final_status(statuses: list[tuple[str, str, str]], not_deciding: frozenset[str]) -> str:
+    """FAILED when a data task that decides the run failed; SKIPPED when every task skipped; else SUCCESS."""
+    if any(h != ALERT_HANDLER and c not in not_deciding and s in FAILING_TASK for c, h, s in statuses):
+        return "FAILED"
+    if all(s == "SKIPPED" for _, _, s in statuses):
+        return "SKIPPED"
+    return "SUCCESS"
+
+
+def _sla(run: RunRow, sla_hours: Any, now: datetime) -> str | None:
+    """MET or BREACHED for a first (not repaired) run of a pipeline with an SLA; None otherwise."""
+    if run.repair_pending != "N" or sla_hours is None or run.start_date is None:
+        return None
+    hours = (now - run.start_date).total_seconds() / 3600
+    return "MET" if hours <= float(sla_hours) else "BREACHED"
+
+
+def _unrecorded(states: Mapping[int, str | None]) -> dict[int, IndexAttempt]:
+    """Airflow's map indexes as attempts, for those that recorded none (their recorded attempts win)."""
+    found: dict[int, IndexAttempt] = {}
+    for index, state in states.items():
+        if state == "success":
+            found[index] = IndexAttempt("SUCCESS")
+        elif state in AIRFLOW_FAILED:
+            found[index] = IndexAttempt(
+                "FAILED", error=f"failed in Airflow before it recorded an attempt ({state})"
+            )
+        else:
+            found[index] = IndexAttempt("CANCELLED", skipped=True)
+    return found

@@ -1,0 +1,138 @@
+"""The values the run lifecycle reads and returns: Engine rows it decides on, handles and outcomes.
+
+Each row type declares its columns once (``COLUMNS``, table aliases as in the lifecycle's SQL) and maps a
+fetched row with ``from_db``; the statements that read them splice the column list in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar
+
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+
+#: Attempt statuses that hold a worker's lease (one such attempt per task run and map index).
+LIVE_ATTEMPT = ("QUEUED", "CLAIMED", "RUNNING")
+#: Task-run statuses that make a run FAILED when held by a data task (not an EMAIL_ALERT one).
+FAILING_TASK = ("FAILED", "CANCELLED")
+ALERT_HANDLER = "EMAIL_ALERT"
+#: How an attempt can end → (the attempt's status, its task run's status). The task-run table has no
+#: TIMED_OUT; a skip (``AirflowSkipException``, a gate) is a CANCELLED attempt of a SKIPPED task run.
+ATTEMPT_ENDS = {
+    "SUCCESS": ("SUCCESS", "SUCCESS"),
+    "FAILED": ("FAILED", "FAILED"),
+    "TIMED_OUT": ("TIMED_OUT", "FAILED"),
+    "CANCELLED": ("CANCELLED", "CANCELLED"),
+    "SKIPPED": ("CANCELLED", "SKIPPED"),
+}
+#: TASK_LOG of an attempt that ended because its task skipped (how a mapped task run tells it from a kill).
+SKIP_NOTE = "skipped: "
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """The columns of an ``AUD_PIPELINES_RUN_LOG`` row the lifecycle decides on."""
+
+    #: The columns :meth:`from_db` reads, in order, for statements that alias the run table ``r``.
+    COLUMNS: ClassVar[str] = (
+        "r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, "
+        "r.OUTPUT_REVISION"
+    )
+    WIDTH: ClassVar[int] = 8
+
+    pipeline_run_id: int
+    pipeline_id: int
+    status: str
+    run_key: str | None
+    start_date: datetime | None
+    end_date: datetime | None
+    repair_pending: str
+    output_revision: int
+
+    @classmethod
+    def from_db(cls, engine: EngineDialect, row: Sequence[Any]) -> RunRow:
+        t = engine.from_db_time
+        return cls(int(row[0]), int(row[1]), row[2], row[3], t(row[4]), t(row[5]), row[6], int(row[7]))
+
+    def describe(self) -> str:
+        since = f" since {self.start_date:%Y-%m-%d %H:%M:%S}Z" if self.start_date else ""
+        return (
+            f"run {self.pipeline_run_id} ({self.run_key or 'started outside Airflow'}, {self.status}{since})"
+        )
+
+
+@dataclass(frozen=True)
+class Pause:
+    """An open ``AUD_PIPELINE_PAUSES`` row (``RESUMED_AT IS NULL``): claims skip the pipeline's DAG runs."""
+
+    #: The pipeline's open pause (the schema allows one); parameter: PIPELINE_ID.
+    OPEN: ClassVar[str] = (
+        "SELECT PIPELINE_PAUSE_ID, PAUSED_AT, PAUSED_BY, PAUSED_BY_KIND, REASON FROM AUD_PIPELINE_PAUSES "
+        "WHERE PIPELINE_ID = ? AND RESUMED_AT IS NULL"
+    )
+
+    pause_id: int
+    paused_at: datetime | None
+    paused_by: str | None
+    paused_by_kind: str | None
+    reason: str | None
+
+    @classmethod
+    def from_db(cls, engine: EngineDialect, row: Sequence[Any]) -> Pause:
+        return cls(int(row[0]), engine.from_db_time(row[1]), row[2], row[3], row[4])
+
+    def describe(self, code: str) -> str:
+        since = f" since {self.paused_at:%Y-%m-%d %H:%M:%S}Z" if self.paused_at else ""
+        return f"pipeline {code} is paused by {self.paused_by or 'someone'}{since}: {self.reason or 'no reason given'}"
+
+
+@dataclass(frozen=True)
+class AttemptHandle:
+    """The live attempt a task try writes to; ``owner_id`` proves it is still this try's row at the end."""
+
+    pipeline_run_id: int
+    task_run_id: int
+    attempt_id: int
+    attempt_number: int
+    owner_id: str
+    task_code: str
+    #: Whether a success consumes upstream runs (SATISFIED cross-pipeline task-dependency decisions).
+    consumes: bool = False
+    #: The Airflow map index of a mapped task's instance (None: an unmapped task).
+    map_index: int | None = None
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """What a claim did.
+
+    ``action``: CREATED, RESUMED (retry of the claim), REOPENED (a cleared DAG run), BLOCKED (another run of
+    the pipeline is IN-PROGRESS: ``blocking``), WAITING (a pipeline dependency's upstream is IN-PROGRESS;
+    nothing written) or SKIPPED (the pipeline is paused, or its dependencies are not satisfied: the run
+    is recorded SKIPPED). ``reason`` explains WAITING and SKIPPED.
+    """
+
+    action: str
+    pipeline_run_id: int | None = None
+    blocking: RunRow | None = None
+    reason: str | None = None
+    #: CREATED/REOPENED/RESUMED: task codes that need a lenient trigger rule (see ``Gates.lenient_tasks``).
+    lenient_tasks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FinishOutcome:
+    pipeline_run_id: int
+    status: str
+    already_ended: bool = False
+    skipped: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    sla_status: str | None = None
+
+
+def map_key(map_index: int | None) -> int:
+    """``COALESCE(MAP_INDEX, -1)``: the schema's key for "this map index, or the unmapped task"."""
+    return -1 if map_index is None else map_index

@@ -1,0 +1,426 @@
+"""Open a task try's attempt (SPEC §9 *Task attempts*): judge its dependencies, close a dead try's attempt,
+reopen a run a cleared task belongs to, and take over an attempt parked by a reschedule or deferral."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError
+from airflow_provider_etl_craft.runs.attempts import settle_mapped
+from airflow_provider_etl_craft.runs.counts import clean_text
+from airflow_provider_etl_craft.runs.gates import (
+    SATISFIED,
+    UNSATISFIED,
+    WAIT,
+    Edge,
+    GateSkipped,
+    GateVerdict,
+    GateWaiting,
+    Observed,
+    UpstreamStates,
+)
+from airflow_provider_etl_craft.runs.identity import RunIdentity
+from airflow_provider_etl_craft.runs.records import LIVE_ATTEMPT, SKIP_NOTE, AttemptHandle, RunRow, map_key
+from airflow_provider_etl_craft.runs.transition import Transition, first_line, owner_token
+
+#: The attempt ``a`` of one try of a task (and map index) in the keyed run, found by pipeline code, task
+#: code, run key, attempt number and ``COALESCE(MAP_INDEX, -1)`` (in that order of parameters).
+_ATTEMPT_OF_KEYED_TRY = (
+    "FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
+    "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
+    "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ? "
+    "AND r.RUN_KEY = ? AND a.ATTEMPT_NUMBER = ? AND COALESCE(a.MAP_INDEX, -1) = ? "
+)
+#: What starting a try decides on, in one share-locked read; parameters: attempt number, map key, task
+#: code, run key, pipeline code.
+_TRY_CONTEXT = (
+    f"SELECT t.TASK_ID, {RunRow.COLUMNS}, t.RUN_CONDITION, t.RUN_CONDITION_COUNT, "  # noqa: S608 - constant
+    "(SELECT COUNT(*) FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y'), "
+    "(SELECT COUNT(*) FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID AND pp.RESUMED_AT IS NULL), "
+    "(SELECT COUNT(*) FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la ON la.TASK_RUN_ID = ltr.TASK_RUN_ID "
+    "WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
+    "AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND la.ATTEMPT_NUMBER < ? AND COALESCE(la.MAP_INDEX, -1) = ?) "
+    "FROM CFG_PIPELINES p JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
+    "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
+    "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' FOR SHARE"
+)
+#: How many times a start re-reads after a lost race or a reopen before it gives up (retryable).
+_ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class Try:
+    """One Airflow try of a task in a DAG run, as the start of its attempt needs it."""
+
+    pipeline_code: str
+    task_code: str
+    identity: RunIdentity
+    try_number: int
+    log_path: str | None = None
+    map_index: int | None = None
+    #: Airflow's state of same-pipeline upstream tasks without a row in the run yet, by task code.
+    upstream_states: UpstreamStates | None = None
+
+    def params(self, attempt_number: int) -> tuple[Any, ...]:
+        """Parameters of :data:`_ATTEMPT_OF_KEYED_TRY`."""
+        return (
+            self.pipeline_code,
+            self.task_code,
+            self.identity.run_key,
+            attempt_number,
+            map_key(self.map_index),
+        )
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The row of :data:`_TRY_CONTEXT`."""
+
+    task_id: int
+    run: RunRow
+    condition: str | None
+    condition_count: int | None
+    has_edges: bool
+    paused: bool
+    earlier_live: bool
+
+
+class _RunEnded(Exception):
+    """The keyed run has ended (a task cleared in Airflow): reopen it, then start again."""
+
+    def __init__(self, run: RunRow, task_id: int) -> None:
+        super().__init__(run.describe())
+        self.run, self.task_id = run, task_id
+
+
+class StartAttempt(Transition):
+    """Open attempt ``try_number`` of a task in the keyed run (one transaction, or one statement)."""
+
+    def __call__(
+        self, attempt: Try, claim_skipped: Callable[[], bool] | None = None, resume: bool = False
+    ) -> AttemptHandle:
+        """See :meth:`~.lifecycle.RunLifecycle.start_task`."""
+        if resume:
+            adopted = self._adopt(attempt)
+            if adopted is not None:
+                return adopted
+        number, note = attempt.try_number, None
+        for _ in range(_ROUNDS):
+            try:
+                handle, skip = self._open(attempt, number, note)
+            except self.engine.integrity_error() as exc:
+                number = self._renumber(attempt, number, exc)
+                note = f"Airflow try {attempt.try_number}; its try numbering restarted (the DAG run was created again)"
+                continue
+            except _RunEnded as ended:
+                if claim_skipped is not None and claim_skipped():
+                    raise GateSkipped(
+                        f"task {attempt.task_code} does not run: {ended.run.describe()} was skipped when this DAG "
+                        "run claimed it"
+                    ) from None
+                self._reopen_for_task(attempt, ended.run, ended.task_id)
+                continue
+            if skip is not None:
+                raise skip
+            return handle
+        raise StaleTransitionError(
+            f"{attempt.identity.run_key} changed while task {attempt.task_code} was starting; retry"
+        )
+
+    def _open(self, attempt: Try, number: int, note: str | None) -> tuple[AttemptHandle, GateSkipped | None]:
+        """One round: the single statement where it applies, else the judged transaction."""
+        if note is None and attempt.map_index is None:
+            owner = owner_token()
+            now_db = self.now()[1]
+            identity = attempt.identity
+            row = self.engine.start_attempt_at_once(
+                self.conn,
+                (
+                    attempt.task_code,
+                    identity.run_key,
+                    attempt.pipeline_code,
+                    now_db,
+                    number,
+                    owner,
+                    now_db,
+                    now_db,
+                    now_db,
+                    socket.gethostname(),
+                    os.getpid(),
+                    attempt.log_path,
+                    identity.actor,
+                    identity.actor_kind,
+                ),
+            )
+            if row is not None:
+                return AttemptHandle(
+                    int(row[2]), int(row[1]), int(row[0]), number, owner, attempt.task_code
+                ), None
+        with self.engine.transaction(self.conn) as cur:
+            context = self._context(cur, attempt, number)
+            verdict = self._judge(cur, attempt, context)
+            return self._write(cur, attempt, number, note, context, verdict)
+
+    def _renumber(self, attempt: Try, number: int, exc: BaseException) -> int:
+        """After a unique-index refusal: the attempt number to use next, or refuse a duplicate delivery.
+
+        The number is taken by an ended attempt and nothing is live: Airflow restarted its try numbering (a
+        DAG run deleted and created again under the same run id), so the task run's numbering continues.
+        With a later try live, this is a late duplicate.
+        """
+        taken = self._attempt_taken(attempt, number)
+        if taken is None or taken[0] in LIVE_ATTEMPT or taken[2]:
+            raise StaleTransitionError(
+                f"task {attempt.task_code} in {attempt.identity.run_key} already has a live attempt or a record of "
+                f"try {attempt.try_number}: a second delivery is refused ({first_line(exc)})"
+            ) from None
+        return taken[1] + 1
+
+    def _adopt(self, attempt: Try) -> AttemptHandle | None:
+        """Take over this try's attempt parked QUEUED by a reschedule or deferral; None when there is none."""
+        owner = owner_token()
+        with self.engine.transaction(self.conn) as cur:
+            row = self.exec(
+                cur,
+                "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, tr.PIPELINE_RUN_ID "
+                + _ATTEMPT_OF_KEYED_TRY
+                + "AND r.STATUS = 'IN-PROGRESS' AND a.STATUS = 'QUEUED' FOR UPDATE",
+                attempt.params(attempt.try_number),
+            ).fetchone()
+            if row is None:
+                return None
+            self.exec(
+                cur,
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'RUNNING', OWNER_ID = ?, HEARTBEAT_AT = ?, HOST = ?, PID = ?, "
+                "TASK_LOG = NULL WHERE ATTEMPT_ID = ? AND STATUS = 'QUEUED'",
+                (owner, self.now()[1], socket.gethostname(), os.getpid(), row[0]),
+            )
+        # consumes=True: the attempt's gate decisions were recorded when it opened; consuming them on success
+        # is one INSERT … SELECT that finds nothing when there is nothing to consume.
+        return AttemptHandle(
+            int(row[2]),
+            int(row[1]),
+            int(row[0]),
+            attempt.try_number,
+            owner,
+            attempt.task_code,
+            True,
+            attempt.map_index,
+        )
+
+    def _attempt_taken(self, attempt: Try, number: int) -> tuple[str, int, bool] | None:
+        """Attempt ``number`` of the task (and map index) in the keyed run: its status, the highest attempt
+        number, and whether any attempt of the task run and map index is live."""
+        with self.engine.transaction(self.conn) as cur:
+            row = self.exec(
+                cur,
+                "SELECT a.STATUS, (SELECT MAX(m.ATTEMPT_NUMBER) FROM AUD_TASK_ATTEMPTS m WHERE m.TASK_RUN_ID = "  # noqa: S608 - constant SQL
+                "a.TASK_RUN_ID AND COALESCE(m.MAP_INDEX, -1) = COALESCE(a.MAP_INDEX, -1)), (SELECT COUNT(*) FROM "
+                "AUD_TASK_ATTEMPTS l WHERE l.TASK_RUN_ID = a.TASK_RUN_ID AND COALESCE(l.MAP_INDEX, -1) = "
+                "COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) "
+                + _ATTEMPT_OF_KEYED_TRY,
+                attempt.params(number),
+            ).fetchone()
+        return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)
+
+    def _context(self, cur: Any, attempt: Try, number: int) -> _Context:
+        """Read what the start decides on.
+
+        :raises _RunEnded: the keyed run is not IN-PROGRESS (nothing written).
+        """
+        params = (
+            number,
+            map_key(attempt.map_index),
+            attempt.task_code,
+            attempt.identity.run_key,
+            attempt.pipeline_code,
+        )
+        row = self.exec(cur, _TRY_CONTEXT, params).fetchone()
+        if row is None:
+            self._explain_missing(cur, attempt)
+        width = RunRow.WIDTH
+        task_id, run = int(row[0]), self.run_row(row[1 : 1 + width])
+        condition, count, edges, paused, live = row[1 + width :]
+        if run.status != "IN-PROGRESS":
+            raise _RunEnded(run, task_id)
+        return _Context(
+            task_id,
+            run,
+            condition,
+            None if count is None else int(count),
+            int(edges) > 0,
+            int(paused) > 0,
+            int(live) > 0,
+        )
+
+    def _judge(self, cur: Any, attempt: Try, context: _Context) -> GateVerdict | None:
+        """The pause and the task's dependencies (SPEC §10); None: the task has none.
+
+        :raises GateWaiting: the pipeline is paused, or an upstream is still IN-PROGRESS.
+        """
+        run, code = context.run, attempt.pipeline_code
+        if context.paused:
+            pause = self.open_pause(cur, run.pipeline_id)
+            if pause is not None:
+                raise GateWaiting(f"task {attempt.task_code} does not start: {pause.describe(code)}")
+        if not context.has_edges:
+            return None
+
+        def observe(edge: Edge) -> Observed:
+            if edge.same_pipeline:
+                return self.gates.observe_same_run(cur, edge, run.pipeline_run_id, attempt.upstream_states)
+            return self.gates.observe_latest(cur, edge)
+
+        edges = self.gates.task_edges(cur, run.pipeline_id, context.task_id)
+        verdict = self.gates.judge(edges, observe, context.condition, context.condition_count)
+        if verdict.result == WAIT:
+            raise GateWaiting(f"task {attempt.task_code}: {verdict.reason}")
+        return verdict
+
+    def _write(
+        self,
+        cur: Any,
+        attempt: Try,
+        number: int,
+        note: str | None,
+        context: _Context,
+        verdict: GateVerdict | None,
+    ) -> tuple[AttemptHandle, GateSkipped | None]:
+        """Close a dead earlier try's attempt, upsert the task run, insert the attempt (CANCELLED when the
+        dependencies are not satisfied, with the task run SKIPPED) and record the gate decisions."""
+        run, now_db = context.run, self.now()[1]
+        if context.earlier_live:
+            self._close_earlier(cur, attempt, number, context, now_db)
+        (task_run_id,) = self.exec(
+            cur,
+            "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
+            "VALUES (?, ?, ?, 'IN-PROGRESS', 1) ON CONFLICT (TASK_ID, PIPELINE_RUN_ID) DO UPDATE SET "
+            "STATUS = 'IN-PROGRESS', END_DATE = NULL, ERROR_MESSAGE = NULL, "
+            "ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 RETURNING TASK_RUN_ID",
+            (context.task_id, run.pipeline_run_id, now_db),
+        ).fetchone()
+        unsatisfied = verdict is not None and verdict.result == UNSATISFIED
+        skip = clean_text(f"{SKIP_NOTE}{verdict.reason}") if verdict is not None and unsatisfied else None
+        handle = self._insert_attempt(
+            cur, attempt, number, int(task_run_id), run, (skip or note, skip), now_db
+        )
+        if verdict is not None:
+            self.gates.record(cur, verdict, run.pipeline_run_id, handle.attempt_id, now_db)
+            consumes = any(v.result == SATISFIED and not v.edge.same_pipeline for v in verdict.decided)
+            handle = replace(handle, consumes=consumes)
+        if skip is None:
+            return handle, None
+        if attempt.map_index is None:
+            self.exec(
+                cur,
+                "UPDATE AUD_TASK_RUN_LOG SET STATUS = 'SKIPPED', END_DATE = ?, TASK_LOG = ? WHERE TASK_RUN_ID = ?",
+                (now_db, skip, task_run_id),
+            )
+        else:
+            settle_mapped(self, cur, int(task_run_id), None, now_db)
+        return handle, GateSkipped(f"task {attempt.task_code} {skip}")
+
+    def _close_earlier(self, cur: Any, attempt: Try, number: int, context: _Context, now_db: Any) -> None:
+        """An earlier try's worker died without recording: close its attempt LOST."""
+        lost = (
+            f"lost: Airflow started try {attempt.try_number} while this attempt was still live (its worker "
+            "ended without recording)"
+        )
+        self.exec(
+            cur,
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "
+            "WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND ATTEMPT_NUMBER < ? AND COALESCE(MAP_INDEX, -1) = ? "
+            "AND TASK_RUN_ID = (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?)",
+            (now_db, lost, number, map_key(attempt.map_index), context.task_id, context.run.pipeline_run_id),
+        )
+
+    def _insert_attempt(
+        self,
+        cur: Any,
+        attempt: Try,
+        number: int,
+        task_run_id: int,
+        run: RunRow,
+        log_and_error: tuple[str | None, str | None],
+        now_db: Any,
+    ) -> AttemptHandle:
+        """Insert the attempt RUNNING, or CANCELLED and ended when it carries an error (a skip)."""
+        owner, ended = owner_token(), log_and_error[1] is not None
+        times = (now_db, now_db, now_db, now_db if ended else None)
+        worker = (socket.gethostname(), os.getpid(), attempt.log_path)
+        requested = (attempt.identity.actor, attempt.identity.actor_kind)
+        status = "CANCELLED" if ended else "RUNNING"
+        (attempt_id,) = self.exec(
+            cur,
+            "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS, OWNER_ID, CLAIMED_AT, "
+            "STARTED_AT, HEARTBEAT_AT, ENDED_AT, HOST, PID, LOG_PATH, TASK_LOG, ERROR_MESSAGE, REQUESTED_BY, "
+            "REQUESTED_BY_KIND) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ATTEMPT_ID",
+            (
+                task_run_id,
+                number,
+                attempt.map_index,
+                status,
+                owner,
+                *times,
+                *worker,
+                *log_and_error,
+                *requested,
+            ),
+        ).fetchone()
+        return AttemptHandle(
+            run.pipeline_run_id,
+            task_run_id,
+            int(attempt_id),
+            number,
+            owner,
+            attempt.task_code,
+            False,
+            attempt.map_index,
+        )
+
+    def _explain_missing(self, cur: Any, attempt: Try) -> None:
+        """:raises MetadataError: the task is not active. :raises RunStateError: the claim did not run."""
+        code, task_code = attempt.pipeline_code, attempt.task_code
+        pipeline_id, _ = self.active_pipeline(cur, code)
+        found = self.exec(
+            cur,
+            "SELECT COUNT(*) FROM CFG_TASKS WHERE PIPELINE_ID = ? AND TASK_CODE = ? AND ACTIVE_FLAG = 'Y'",
+            (pipeline_id, task_code),
+        ).fetchone()[0]
+        if not found:
+            raise MetadataError(
+                f"task {task_code} is not an active task of pipeline {code} in CFG_TASKS of the Engine DB "
+                f"{self.engine.describe()}; add it through a project migration, or fix task_code"
+            )
+        raise RunStateError(
+            f"no Engine run of pipeline {code} has the run key {attempt.identity.run_key}: the pipeline's claim task "
+            "has not run for this DAG run; put ClaimPipelineRunOperator (or etl_craft_pipeline) upstream of this task"
+        )
+
+    def _reopen_for_task(self, attempt: Try, run: RunRow, task_id: int) -> None:
+        """Reopen the ended run a cleared task belongs to, under the pipeline lock, unless another run holds
+        the pipeline now."""
+        with self.locked(attempt.pipeline_code) as cur:
+            busy = self.exec(
+                cur,
+                f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? "  # noqa: S608 - constant
+                "AND r.STATUS = 'IN-PROGRESS' AND r.PIPELINE_RUN_ID <> ?",
+                (run.pipeline_id, run.pipeline_run_id),
+            ).fetchone()
+            if busy is not None:
+                raise StaleTransitionError(
+                    f"task {attempt.task_code} was cleared in {attempt.identity.run_key}, whose {run.describe()} has "
+                    f"ended, but {self.run_row(busy).describe()} holds the pipeline now; retry after it ends"
+                )
+            current = self.exec(
+                cur,
+                f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID = ?",  # noqa: S608
+                (run.pipeline_run_id,),
+            ).fetchone()
+            if current is not None and current[2] != "IN-PROGRESS":
+                cleared = f"task {attempt.task_code} ran again in Airflow (cleared)"
+                self.reopen(cur, self.run_row(current), attempt.identity, cleared, task_id)

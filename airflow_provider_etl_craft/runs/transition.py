@@ -1,0 +1,146 @@
+"""What every run-lifecycle transition shares: its connection, the pipeline lock, and the reads and writes
+several transitions make (the active pipeline, its open pause, a reopen, an intervention row).
+
+Each transition (:mod:`~.claim`, :mod:`~.pauses`, :mod:`~.start`, :mod:`~.attempts`, :mod:`~.finish`) is a
+subclass with one public entry; :class:`~.lifecycle.RunLifecycle` is the front operators and the CLI call.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.locks import pipeline_lock
+from airflow_provider_etl_craft.errors import MetadataError, StaleTransitionError
+from airflow_provider_etl_craft.runs.counts import clean_text
+from airflow_provider_etl_craft.runs.gates import Gates
+from airflow_provider_etl_craft.runs.identity import RunIdentity
+from airflow_provider_etl_craft.runs.records import Pause, RunRow
+
+
+class Transition:
+    """One kind of state change, on an open autocommit connection; every change is one transaction.
+
+    :param engine: the dialect of the Engine DB.
+    :param conn: a connection from ``engine.connect()``; the caller closes it.
+    :param lock_timeout: seconds to wait for ``pipeline:<code>`` locks.
+    """
+
+    def __init__(self, engine: EngineDialect, conn: Any, lock_timeout: float | None, gates: Gates) -> None:
+        self.engine = engine
+        self.conn = conn
+        self.lock_timeout = lock_timeout
+        self.gates = gates
+
+    def locked(self, pipeline_code: str) -> AbstractContextManager[Any]:
+        """A write transaction holding the ``pipeline:<code>`` lock, released by its COMMIT or ROLLBACK."""
+        return self.engine.transaction(
+            self.conn, lock=pipeline_lock(pipeline_code), lock_timeout=self.lock_timeout
+        )
+
+    def exec(self, cur: Any, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        cur.execute(self.engine.sql(sql), params)
+        return cur
+
+    def now(self) -> tuple[datetime, Any]:
+        """The current time, and as the database stores it."""
+        now = self.engine.now()
+        return now, self.engine.to_db_time(now)
+
+    def run_row(self, row: tuple[Any, ...]) -> RunRow:
+        return RunRow.from_db(self.engine, row)
+
+    def active_pipeline(self, cur: Any, code: str) -> tuple[int, float | None]:
+        """``(PIPELINE_ID, SLA_IN_HOURS)`` of the active pipeline ``code``.
+
+        :raises MetadataError: no active row has this code (says whether it is retired or unknown).
+        """
+        row = self.exec(
+            cur,
+            "SELECT PIPELINE_ID, SLA_IN_HOURS FROM CFG_PIPELINES WHERE PIPELINE_CODE = ? AND ACTIVE_FLAG = 'Y'",
+            (code,),
+        ).fetchone()
+        if row is None:
+            retired = self.exec(
+                cur, "SELECT COUNT(*) FROM CFG_PIPELINES WHERE PIPELINE_CODE = ?", (code,)
+            ).fetchone()
+            state = "is retired (ACTIVE_FLAG='N')" if retired[0] else "does not exist"
+            raise MetadataError(
+                f"pipeline {code} {state} in CFG_PIPELINES of the Engine DB {self.engine.describe()}; add or "
+                "re-activate it through a project migration, or fix pipeline_code"
+            )
+        return int(row[0]), (None if row[1] is None else float(row[1]))
+
+    def open_pause(self, cur: Any, pipeline_id: int) -> Pause | None:
+        row = self.exec(cur, Pause.OPEN, (pipeline_id,)).fetchone()
+        return None if row is None else Pause.from_db(self.engine, row)
+
+    def intervention(
+        self,
+        cur: Any,
+        run: RunRow,
+        action: str,
+        change: tuple[str | None, str | None],
+        reason: str,
+        identity: RunIdentity,
+        task_id: int | None = None,
+    ) -> None:
+        """Record a change made outside the normal flow (``AUD_RUN_INTERVENTIONS``): ``change`` is
+        (from status, to status)."""
+        self.exec(
+            cur,
+            "INSERT INTO AUD_RUN_INTERVENTIONS (PIPELINE_ID, PIPELINE_RUN_ID, TASK_ID, ACTION, FROM_STATUS, "
+            "TO_STATUS, REASON, REQUESTED_BY, REQUESTED_BY_KIND, REQUESTED_AT) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run.pipeline_id,
+                run.pipeline_run_id,
+                task_id,
+                action,
+                *change,
+                clean_text(reason),
+                identity.actor,
+                identity.actor_kind,
+                self.now()[1],
+            ),
+        )
+
+    def reopen(
+        self, cur: Any, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None
+    ) -> None:
+        """Put an ended run back IN-PROGRESS with REPAIR_PENDING='Y' and a REOPEN intervention.
+
+        :raises StaleTransitionError: the run changed since it was read.
+        """
+        updated = self.exec(
+            cur,
+            "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = 'IN-PROGRESS', END_DATE = NULL, ENDED_BY = NULL, "
+            "ENDED_BY_KIND = NULL, REPAIR_PENDING = 'Y' WHERE PIPELINE_RUN_ID = ? AND STATUS = ?",
+            (run.pipeline_run_id, run.status),
+        ).rowcount
+        if updated != 1:
+            raise StaleTransitionError(
+                f"{run.describe()} changed while it was being reopened; a retry re-reads it"
+            )
+        self.intervention(cur, run, "REOPEN", (run.status, "IN-PROGRESS"), reason, identity, task_id)
+
+    def conflict(self, exc: BaseException, what: str) -> StaleTransitionError:
+        """A unique index refused a write: another worker got there first."""
+        return StaleTransitionError(
+            f"{what}: another worker changed the Engine DB first ({first_line(exc)}); a retry re-reads it"
+        )
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def owner_token() -> str:
+    """``OWNER_ID`` of an attempt this process writes: host, pid and a random part (a lease token)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"

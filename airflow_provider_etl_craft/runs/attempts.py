@@ -17,7 +17,13 @@ class ParkAttempt(Transition):
     """Park the live attempt QUEUED while no worker runs its try (a reschedule or a deferral)."""
 
     def __call__(self, handle: AttemptHandle, note: str) -> None:
-        """See :meth:`~.lifecycle.RunLifecycle.park_task`."""
+        """Park the live attempt QUEUED while Airflow reschedules or defers this try (no worker runs it).
+
+        The attempt stays live, so nothing else can open one for this try; the try's next poke or its
+        resumed method takes it over (``start_task(resume=True)``), and ATTEMPT_COUNT does not move.
+
+        :raises StaleTransitionError: the attempt is no longer this try's (closed by a later try or finish).
+        """
         now_db = self.now()[1]
         updated = self.engine.execute(
             self.conn,
@@ -54,7 +60,16 @@ class EndAttempt(Transition):
         error: str | None = None,
         map_count: int | None = None,
     ) -> None:
-        """See :meth:`~.lifecycle.RunLifecycle.finish_task`."""
+        """End the attempt and copy it to its task run, in one transaction.
+
+        ``status`` is SUCCESS, FAILED, TIMED_OUT (the task run FAILED), CANCELLED, or SKIPPED (the attempt
+        CANCELLED and the task run SKIPPED, ``error`` being the reason, kept in TASK_LOG). A mapped
+        instance's end settles its task run over every map index (:mod:`~.mapped`); ``map_count`` is how
+        many instances Airflow expanded.
+
+        :raises StaleTransitionError: the attempt is no longer this try's live attempt (closed as LOST by a
+            later try or by the finish task).
+        """
         if status not in ATTEMPT_ENDS:
             raise ValueError(f"an attempt ends {', '.join(ATTEMPT_ENDS)}, not {status!r}")
         message = None if error is None else clean_text(error)

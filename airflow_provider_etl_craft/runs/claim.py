@@ -35,7 +35,17 @@ class Claim(Transition):
         task_codes: Collection[str] | None = None,
         where: str = "the DAG",
     ) -> ClaimOutcome:
-        """See :meth:`~.lifecycle.RunLifecycle.claim`."""
+        """Claim the Engine run of ``identity`` under the ``pipeline:<code>`` lock.
+
+        Resumes the keyed run if IN-PROGRESS, reports BLOCKED while another run of the pipeline is
+        IN-PROGRESS, reopens the keyed run if it ended (REOPEN intervention, REPAIR_PENDING='Y'), else
+        inserts a new IN-PROGRESS run.
+
+        :param task_codes: when given, must equal the pipeline's active task codes (METADATA otherwise).
+        :raises MetadataError: the pipeline is not active, or the task codes differ.
+        :raises LockTimeoutError: the pipeline lock was busy for ``lock_timeout`` seconds.
+        :raises EngineDBError: the Engine tables are missing, partial or not migrated to this release.
+        """
         require_current(self.engine, self.conn)
         try:
             with self.locked(pipeline_code) as cur:
@@ -157,7 +167,10 @@ class Abandon(Transition):
     """Close an IN-PROGRESS run whose driver is gone as CANCELLED (CANCEL intervention; attempts LOST)."""
 
     def __call__(self, pipeline_code: str, pipeline_run_id: int, identity: RunIdentity, reason: str) -> bool:
-        """See :meth:`~.lifecycle.RunLifecycle.close_abandoned`."""
+        """Close an IN-PROGRESS run whose driver is gone as CANCELLED (CANCEL intervention; attempts LOST).
+
+        :return: False when the run was no longer IN-PROGRESS (someone else closed it first).
+        """
         with self.locked(pipeline_code) as cur:
             row = self.exec(cur, _RUN_OF_PIPELINE, (pipeline_run_id, pipeline_code)).fetchone()
             if row is None or row[2] != "IN-PROGRESS":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +39,19 @@ class FinishRun(Transition):
         map_states: Mapping[str, Mapping[int, str | None]] | None = None,
         not_deciding: Collection[str] = (),
     ) -> FinishOutcome:
-        """See :meth:`~.lifecycle.RunLifecycle.finish_run`."""
+        """End the keyed run (SPEC §9 *Finish*), under the pipeline lock, in one transaction.
+
+        Finish runs once every task of the pipeline is done in Airflow (a teardown, ``all_done``), so no
+        attempt Airflow still runs, reschedules or defers can be closed here.
+
+        :param airflow_states: Airflow's state of each of the DAG's tasks of this pipeline, by task code;
+            a code without a task-run row is recorded SKIPPED (FAILED when Airflow says it failed, SUCCESS
+            with a MARK intervention when it was marked success by hand).
+        :param map_states: for mapped tasks, Airflow's state of each map index, by task code.
+        :param not_deciding: task codes whose failure does not fail the run, as Airflow's own rule for the
+            DAG run says (teardown tasks without ``on_failure_fail_dagrun``), like ``EMAIL_ALERT`` tasks.
+        :raises RunStateError: no run with this key.
+        """
         with self.locked(pipeline_code) as cur:
             row = self.exec(cur, _KEYED_RUN, (pipeline_code, identity.run_key)).fetchone()
             if row is None:
@@ -57,18 +70,11 @@ class FinishRun(Transition):
                 cur, run, identity, airflow_states, map_states or {}, now_db
             )
             final = _final_status(statuses, frozenset(not_deciding))
-            new_sla = None if sla_status is not None else _sla(run, sla_hours, now)
-            self._close_run(cur, run, final, new_sla, identity, now_db)
-        failed = tuple(sorted(c for c, _, s in statuses if s in FAILING_TASK))
-        return FinishOutcome(
-            run.pipeline_run_id,
-            final,
-            False,
-            tuple(sorted(skipped)),
-            tuple(sorted(lost)),
-            failed,
-            sla_status or new_sla,
-        )
+            sla = sla_status or _sla(run, sla_hours, now)
+            self._close_run(cur, run, final, None if sla_status else sla, identity, now_db)
+        failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
+        outcome = FinishOutcome(run.pipeline_run_id, final, skipped=_sorted(skipped), lost=_sorted(lost))
+        return replace(outcome, failed=_sorted(failed), sla_status=sla)
 
     def _close_run(
         self, cur: Any, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any
@@ -205,6 +211,10 @@ class FinishRun(Transition):
         )
         self.intervention(cur, run, "MARK", (status, to_status), reason, identity, task[0])
         return to_status
+
+
+def _sorted(codes: list[str]) -> tuple[str, ...]:
+    return tuple(sorted(codes))
 
 
 def _final_status(statuses: list[tuple[str, str, str]], not_deciding: frozenset[str]) -> str:

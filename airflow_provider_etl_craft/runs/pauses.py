@@ -12,7 +12,13 @@ class OpenPause(Transition):
     """Open the pipeline's pause; while it is open, claims skip and running runs start no new task."""
 
     def __call__(self, pipeline_code: str, reason: str, by: str, by_kind: str = "HUMAN") -> int:
-        """See :meth:`~.lifecycle.RunLifecycle.pause`."""
+        """Open a pause of the pipeline (``AUD_PIPELINE_PAUSES``); returns its id.
+
+        While it is open, claims skip their DAG runs and running runs start no new task.
+
+        :raises MetadataError: the pipeline is not active.
+        :raises RunStateError: the pipeline is paused already (one open pause per pipeline).
+        """
         with self.engine.transaction(self.conn) as cur:
             pipeline_id, _ = self.active_pipeline(cur, pipeline_code)
             current = self.open_pause(cur, pipeline_id)
@@ -36,7 +42,10 @@ class EndPause(Transition):
     """Close the pipeline's open pause."""
 
     def __call__(self, pipeline_code: str, reason: str, by: str, by_kind: str = "HUMAN") -> Pause:
-        """See :meth:`~.lifecycle.RunLifecycle.resume`."""
+        """Close the pipeline's open pause; returns it.
+
+        :raises RunStateError: the pipeline is not paused.
+        """
         with self.engine.transaction(self.conn) as cur:
             pipeline_id, _ = self.active_pipeline(cur, pipeline_code)
             current = self.open_pause(cur, pipeline_id)

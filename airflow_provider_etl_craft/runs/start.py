@@ -59,11 +59,12 @@ class Try:
     pipeline_code: str
     task_code: str
     identity: RunIdentity
+    #: Airflow's try number: the attempt's number, unless Airflow restarted its numbering.
     try_number: int
-    log_path: str | None = None
-    map_index: int | None = None
+    log_path: str | None
+    map_index: int | None
     #: Airflow's state of same-pipeline upstream tasks without a row in the run yet, by task code.
-    upstream_states: UpstreamStates | None = None
+    upstream_states: UpstreamStates | None
 
     def params(self, attempt_number: int) -> tuple[Any, ...]:
         """Parameters of :data:`_ATTEMPT_OF_KEYED_TRY`."""
@@ -101,13 +102,44 @@ class StartAttempt(Transition):
     """Open attempt ``try_number`` of a task in the keyed run (one transaction, or one statement)."""
 
     def __call__(
-        self, attempt: Try, claim_skipped: Callable[[], bool] | None = None, resume: bool = False
+        self,
+        pipeline_code: str,
+        task_code: str,
+        identity: RunIdentity,
+        try_number: int,
+        log_path: str | None = None,
+        upstream_states: UpstreamStates | None = None,
+        claim_skipped: Callable[[], bool] | None = None,
+        map_index: int | None = None,
+        resume: bool = False,
     ) -> AttemptHandle:
-        """See :meth:`~.lifecycle.RunLifecycle.start_task`."""
-        if resume:
-            adopted = self._adopt(attempt)
-            if adopted is not None:
-                return adopted
+        """Open attempt ``try_number`` of ``task_code`` in the keyed run (one transaction).
+
+        Finds or creates the task's single ``AUD_TASK_RUN_LOG`` row; a live attempt of an earlier try
+        (its worker died, Airflow moved on) is closed LOST first; a second live attempt of the same try
+        is refused. A run that already ended (a task cleared in Airflow) is reopened first. The task's
+        dependencies and run condition are judged first (SPEC §10).
+
+        :param upstream_states: Airflow's state of same-pipeline upstream tasks, by task code, for those
+            that have no row in the run yet (without it such an upstream is waited for).
+        :param claim_skipped: whether this DAG run's claim skipped (a paused pipeline, unsatisfied
+            dependencies); a task that runs anyway (``all_done``) then skips instead of reopening the run.
+        :param map_index: the instance of a mapped task (None: unmapped); attempts are per map index.
+        :param resume: the try comes back after a reschedule or a deferral: its attempt, parked QUEUED by
+            :meth:`park_task`, is taken over instead of a new one opened (nothing is judged again).
+        :raises GateWaiting: the pipeline is paused, or an upstream is still IN-PROGRESS (nothing written).
+        :raises GateSkipped: the dependencies are not satisfied: the attempt was recorded CANCELLED and the
+            task run SKIPPED, with the decisions.
+        :raises MetadataError: the pipeline or task is not active.
+        :raises RunStateError: no run with this key (the claim did not run).
+        :raises StaleTransitionError: this try already has an attempt (a duplicate delivery).
+        """
+        attempt = Try(pipeline_code, task_code, identity, try_number, log_path, map_index, upstream_states)
+        adopted = self._adopt(attempt) if resume else None
+        return adopted or self._start(attempt, claim_skipped)
+
+    def _start(self, attempt: Try, claim_skipped: Callable[[], bool] | None) -> AttemptHandle:
+        """Open the attempt, again after a restarted try numbering or a reopened run (a few rounds)."""
         number, note = attempt.try_number, None
         for _ in range(_ROUNDS):
             try:

@@ -65,6 +65,7 @@ bench: $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check airflow_provider_etl_craft tests bench tools
 	$(BIN)/ruff format --check airflow_provider_etl_craft tests bench tools
+	$(BIN)/mypy
 
 check-constraints: $(VENV)/.installed-dev
 	$(BIN)/python tools/constraints.py check

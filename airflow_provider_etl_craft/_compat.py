@@ -87,7 +87,7 @@ def __getattr__(name: str) -> Any:
 
 def airflow_exception(name: str) -> type[BaseException]:
     """An Airflow exception class by name (control-flow signals and deferral failures included)."""
-    return resolve(name)  # type: ignore[no-any-return]
+    return resolve(name)
 
 
 def mask_secret(value: str) -> None:
@@ -130,9 +130,9 @@ def get_variable(name: str) -> str | None:
 
 def fail_exception() -> type[Exception]:
     """Airflow's no-retry failure class."""
-    return resolve("AirflowFailException")  # type: ignore[no-any-return]
+    return resolve("AirflowFailException")
 
 
 def retry_exception() -> type[Exception]:
     """Airflow's ordinary (retryable) failure class."""
-    return resolve("AirflowException")  # type: ignore[no-any-return]
+    return resolve("AirflowException")

@@ -75,6 +75,7 @@ def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[
             return 0
         if state.verdict is Verdict.PARTIAL:
             problem = state.problem()
+            assert problem is not None  # a partial schema always has one
             line("FAIL", f"tables: {problem}")
             return problem.exit_code
         line(" OK ", f"tables: all {len(state.present)} Engine tables present")
@@ -180,9 +181,11 @@ def _print_json(doc: dict[str, Any], out: TextIO) -> int:
 
 def _describe_pipeline(pipeline: dict[str, Any], pause: dict[str, Any] | None) -> str:
     sla = pipeline["sla_in_hours"]
-    text = (f"pipeline {pipeline['pipeline_code']} ({pipeline['pipeline_name'] or 'no name'}): "
-            f"{'active' if pipeline['active_flag'] == 'Y' else 'retired'} (ACTIVE_FLAG={pipeline['active_flag']}), "
-            f"SLA {'none' if sla is None else f'{sla:g} hours'}")  # fmt: skip
+    text = (
+        f"pipeline {pipeline['pipeline_code']} ({pipeline['pipeline_name'] or 'no name'}): "
+        f"{'active' if pipeline['active_flag'] == 'Y' else 'retired'} (ACTIVE_FLAG={pipeline['active_flag']}), "
+        f"SLA {'none' if sla is None else f'{sla:g} hours'}"
+    )
     if pause is not None:
         by = f" by {pause['paused_by']} ({pause['paused_by_kind']})" if pause["paused_by"] else ""
         text += f"\npaused since {pause['paused_at']}{by}: {pause['reason'] or 'no reason given'}"
@@ -191,11 +194,16 @@ def _describe_pipeline(pipeline: dict[str, Any], pause: dict[str, Any] | None) -
 
 def _print_runs(runs: list[dict[str, Any]], out: TextIO) -> None:
     """Runs, then all their task runs, then all their attempts: three tables joined by PIPELINE_RUN_ID."""
-    summaries = [{**run, "tasks": ", ".join(f"{n} {s}" for s, n in run["task_status_counts"].items()) or None}
-                 for run in runs]  # fmt: skip
+    summaries = [
+        {**run, "tasks": ", ".join(f"{n} {s}" for s, n in run["task_status_counts"].items()) or None}
+        for run in runs
+    ]
     tasks = [{"pipeline_run_id": run["pipeline_run_id"], **task} for run in runs for task in run["task_runs"]]
-    attempts = [{**attempt, "pipeline_run_id": task["pipeline_run_id"], "task_code": task["task_code"]}
-                for task in tasks for attempt in task["attempts"]]  # fmt: skip
+    attempts = [
+        {**attempt, "pipeline_run_id": task["pipeline_run_id"], "task_code": task["task_code"]}
+        for task in tasks
+        for attempt in task["attempts"]
+    ]
     print(_table(RUN_COLUMNS, summaries), file=out)
     print(f"\ntask runs\n{_table(TASK_COLUMNS, tasks)}", file=out)
     print(f"\nattempts\n{_table(ATTEMPT_COLUMNS, attempts)}", file=out)
@@ -219,8 +227,11 @@ def _pause(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
 def _resume(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
     with hook.lifecycle() as lifecycle:
         pause = lifecycle.resume(args.pipeline, args.reason, args.by)
-    print(f"pipeline {args.pipeline} resumed by {args.by} (pause {pause.pause_id} by {pause.paused_by}, "
-          f"reason: {pause.reason or 'none given'})", file=out)  # fmt: skip
+    print(
+        f"pipeline {args.pipeline} resumed by {args.by} (pause {pause.pause_id} by {pause.paused_by}, "
+        f"reason: {pause.reason or 'none given'})",
+        file=out,
+    )
     return 0
 
 
@@ -285,11 +296,20 @@ def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
     cmd.add_argument(
         "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
     )
-    cmd.add_argument("--format", choices=("table", "json"), default="table",
-                     help="table (default) or one JSON document; timestamps are ISO-8601 UTC in both")  # fmt: skip
+    cmd.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table (default) or one JSON document; timestamps are ISO-8601 UTC in both",
+    )
     if name == "history":
-        cmd.add_argument("--limit", type=_at_least_one, default=DEFAULT_HISTORY_LIMIT, metavar="N",
-                         help=f"how many runs to show, newest first (default {DEFAULT_HISTORY_LIMIT})")  # fmt: skip
+        cmd.add_argument(
+            "--limit",
+            type=_at_least_one,
+            default=DEFAULT_HISTORY_LIMIT,
+            metavar="N",
+            help=f"how many runs to show, newest first (default {DEFAULT_HISTORY_LIMIT})",
+        )
 
 
 def _default_actor() -> str:
@@ -307,16 +327,26 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="craft-connector.yml (default: $ETL_CRAFT_CONFIG, else search upwards from here)",
     )
-    common.add_argument("--profile", metavar="NAME", type=_text, default=argparse.SUPPRESS,
-                        help="Engine profile (default: Engine.Profile, Secrets.Profile, or the only one)")  # fmt: skip
-    common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="on an error, print the traceback too")  # fmt: skip
+    common.add_argument(
+        "--profile",
+        metavar="NAME",
+        type=_text,
+        default=argparse.SUPPRESS,
+        help="Engine profile (default: Engine.Profile, Secrets.Profile, or the only one)",
+    )
+    common.add_argument(
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="on an error, print the traceback too",
+    )
     parser = argparse.ArgumentParser(
-        prog="etl-craft-airflow", parents=[common],
+        prog="etl-craft-airflow",
+        parents=[common],
         description="Administer an etl-craft Engine DB and inspect its runs outside Airflow.",
         epilog="Exit status: 0 ok, 1 failure, 2 usage, 3 configuration, 4 metadata, 9 run state, "
-               "12 Engine DB, 13 migration, 14 lock timeout, 20 stale transition.",
-    )  # fmt: skip
+        "12 Engine DB, 13 migration, 14 lock timeout, 20 stale transition.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
@@ -331,16 +361,31 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument(
                 "--reason", required=True, type=_text, help="why (stored in AUD_PIPELINE_PAUSES)"
             )
-            cmd.add_argument("--by", default=_default_actor(), type=_text, metavar="NAME",
-                             help="who (default: the login name; stored with kind HUMAN)")  # fmt: skip
+            cmd.add_argument(
+                "--by",
+                default=_default_actor(),
+                type=_text,
+                metavar="NAME",
+                help="who (default: the login name; stored with kind HUMAN)",
+            )
             continue
         if name in LOCKING:
-            cmd.add_argument("--lock-timeout", type=_seconds, default=300.0, metavar="SECONDS",
-                             help="how long to wait for the migrate lock (default 300)")  # fmt: skip
+            cmd.add_argument(
+                "--lock-timeout",
+                type=_seconds,
+                default=300.0,
+                metavar="SECONDS",
+                help="how long to wait for the migrate lock (default 300)",
+            )
         if name in ("migrate", "check"):
-            cmd.add_argument("--migrations-dir", metavar="DIR", default=None, type=_typed_path,
-                             help="project migrations, relative to the working directory (default: "
-                                  "$ETL_CRAFT_MIGRATIONS_DIR, else migrations/ beside craft-connector.yml)")  # fmt: skip
+            cmd.add_argument(
+                "--migrations-dir",
+                metavar="DIR",
+                default=None,
+                type=_typed_path,
+                help="project migrations, relative to the working directory (default: "
+                "$ETL_CRAFT_MIGRATIONS_DIR, else migrations/ beside craft-connector.yml)",
+            )
         else:
             cmd.set_defaults(migrations_dir=None)
     return parser

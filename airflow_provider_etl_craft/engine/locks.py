@@ -13,10 +13,10 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import filelock
 
+from airflow_provider_etl_craft.engine.dbapi import PgConnection
 from airflow_provider_etl_craft.errors import ConfigurationError, LockTimeoutError
 
 LOCK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_:.\-]{0,199}$")
@@ -83,7 +83,7 @@ def lock_timeout_error(schema: str, name: str, timeout: float | None) -> LockTim
 
 
 @contextmanager
-def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> Iterator[None]:
+def advisory_lock(conn: PgConnection, schema: str, name: str, timeout: float | None) -> Iterator[None]:
     """Hold a session-level advisory lock on ``conn`` (autocommit); the server frees it if the session dies.
 
     ``lock_timeout`` bounds the wait server-side, so no polling loop is needed. Setting it, waiting for
@@ -127,7 +127,9 @@ def advisory_lock(conn: Any, schema: str, name: str, timeout: float | None) -> I
         if not conn.closed:
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                (released,) = cur.fetchone()
+                row = cur.fetchone()
+            assert row is not None  # a SELECT without FROM returns one row
+            (released,) = row
             if not released and ended:  # never hide the error the locked code raised
                 raise ConfigurationError(
                     f"lock '{name}' (advisory key {key} for schema {schema}) was not held by the session that "

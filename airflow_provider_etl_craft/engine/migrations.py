@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import sqlparse
 
+from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
 from airflow_provider_etl_craft.engine.schema import (
@@ -125,7 +125,7 @@ def migration_files(dialect_name: str, project_dir: Path | None) -> list[Migrati
 
 
 def pending_migrations(
-    dialect: EngineDialect, conn: Any, files: list[MigrationFile], cur: Any | None = None
+    dialect: EngineDialect, conn: Connection, files: list[MigrationFile], cur: Cursor | None = None
 ) -> list[MigrationFile]:
     """Files not yet in the ledger, after checking the ledger against the files.
 
@@ -166,7 +166,7 @@ def pending_migrations(
 
 def migrate(
     dialect: EngineDialect,
-    conn: Any,
+    conn: Connection,
     project_dir: Path | None,
     lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
 ) -> MigrateResult:
@@ -200,7 +200,7 @@ def migrate(
 
 def _apply(
     dialect: EngineDialect,
-    conn: Any,
+    conn: Connection,
     item: MigrationFile,
     files: list[MigrationFile],
     lock_timeout: float | None,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
 
+from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
 from airflow_provider_etl_craft.errors import EngineDBError
@@ -130,7 +130,7 @@ class SchemaState:
             raise problem
 
 
-def schema_state(dialect: EngineDialect, conn: Any, cur: Any | None = None) -> SchemaState:
+def schema_state(dialect: EngineDialect, conn: Connection, cur: Cursor | None = None) -> SchemaState:
     """Read which Engine tables exist and which packaged ENGINE migrations are not applied yet (two queries).
 
     :param cur: read inside this cursor's transaction (under the ``migrate`` lock) instead of on ``conn``.
@@ -145,7 +145,7 @@ def schema_state(dialect: EngineDialect, conn: Any, cur: Any | None = None) -> S
     return SchemaState(present, applied, pending, f"{dialect.describe()} schema {dialect.profile.schema}")
 
 
-def check_schema(dialect: EngineDialect, conn: Any) -> SchemaState:
+def check_schema(dialect: EngineDialect, conn: Connection) -> SchemaState:
     """The schema's state, after checking the role may use it: a role without USAGE sees no tables, which
     is said as the missing GRANT, not as an empty schema.
 
@@ -155,7 +155,7 @@ def check_schema(dialect: EngineDialect, conn: Any) -> SchemaState:
     return schema_state(dialect, conn)
 
 
-def require_current(dialect: EngineDialect, conn: Any) -> None:
+def require_current(dialect: EngineDialect, conn: Connection) -> None:
     """Stop before run bookkeeping, or reading runs, on an Engine DB whose verdict is not CURRENT.
 
     :raises EngineDBError: naming what is missing and the command that fixes it.
@@ -170,7 +170,7 @@ def require_current(dialect: EngineDialect, conn: Any) -> None:
 
 
 def init_db(
-    dialect: EngineDialect, conn: Any, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    dialect: EngineDialect, conn: Connection, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
 ) -> InitResult:
     """Create the Engine tables unless they are already there.
 
@@ -190,7 +190,7 @@ def init_db(
         return init_db_in(dialect, conn, cur)
 
 
-def init_db_in(dialect: EngineDialect, conn: Any, cur: Any) -> InitResult:
+def init_db_in(dialect: EngineDialect, conn: Connection, cur: Cursor) -> InitResult:
     """init-db inside the caller's schema transaction ``cur``, which holds the ``migrate`` lock."""
     text = schema_text(dialect.name)
     digest = checksum(text)
@@ -217,9 +217,11 @@ def init_db_in(dialect: EngineDialect, conn: Any, cur: Any) -> InitResult:
         if state.pending:
             at = max(state.applied)
             return InitResult(
-                False, at, f"Engine DB {where} is at {at}; ENGINE migration {', '.join(state.pending)} is "
+                False,
+                at,
+                f"Engine DB {where} is at {at}; ENGINE migration {', '.join(state.pending)} is "
                 "pending (`etl-craft-airflow migrate` applies it)",
-            )  # fmt: skip
+            )
         at = latest_version(dialect.name)
         return InitResult(False, at, f"Engine DB {where} is already at {at}; nothing changed")
     ledger = dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)")

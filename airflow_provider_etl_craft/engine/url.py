@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -63,7 +64,7 @@ class PostgresTarget:
 Target = SqliteTarget | PostgresTarget
 
 
-def resolve_beside(value: str, base_dir: Path | None) -> Path:
+def resolve_beside(value: str | os.PathLike[str], base_dir: Path | None) -> Path:
     """A path from craft-connector.yml: ``~`` expanded, relative ones resolved beside the file (else the cwd)."""
     path = Path(value).expanduser()
     return path if path.is_absolute() else (base_dir or Path.cwd()) / path

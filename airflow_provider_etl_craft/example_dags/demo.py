@@ -70,9 +70,10 @@ def report(config: Path) -> str:
             ("AUD_TASK_ATTEMPTS", "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, t.TASK_CODE, a.ATTEMPT_NUMBER, a.STATUS, a.STARTED_AT, a.ENDED_AT, a.HOST, a.PID, a.ROWS_WRITTEN FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID ORDER BY a.ATTEMPT_ID"),
             ("AUD_GATE_DECISIONS", "SELECT g.DECISION_ID, g.PIPELINE_RUN_ID, g.ATTEMPT_ID, t.TASK_CODE, g.RESULT, g.REASON FROM AUD_GATE_DECISIONS g JOIN AUD_TASK_ATTEMPTS a ON a.ATTEMPT_ID = g.ATTEMPT_ID JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID ORDER BY g.DECISION_ID"),
         ):  # fmt: skip
-            cur = conn.execute(sql)
-            headers = [d[0] for d in cur.description]
-            parts.append(f"\n{title}\n" + format_table(headers, cur.fetchall(), max_width=80))
+            with closing(conn.cursor()) as cur:
+                cur.execute(sql)
+                headers = [d[0] for d in cur.description or ()]
+                parts.append(f"\n{title}\n" + format_table(headers, cur.fetchall(), max_width=80))
         q = hook.engine.query
         counts = [(t, q(conn, f"SELECT COUNT(*) FROM {t}")[0][0]) for t in sorted(ENGINE_TABLES)]  # noqa: S608 - fixed names
         parts.append("\nrows per table\n" + format_table(["TABLE", "ROWS"], counts))

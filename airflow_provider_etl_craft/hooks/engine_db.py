@@ -12,6 +12,7 @@ from airflow.providers.common.sql.hooks.sql import DbApiHook
 
 from airflow_provider_etl_craft.config import EngineProfile, load_engine_profile
 from airflow_provider_etl_craft.config.connection import profile_from_connection
+from airflow_provider_etl_craft.engine.dbapi import Connection
 from airflow_provider_etl_craft.engine.dialects import EngineDialect, dialect_for
 from airflow_provider_etl_craft.engine.migrations import MigrateResult, find_migrations_dir, migrate
 from airflow_provider_etl_craft.engine.schema import (
@@ -59,8 +60,14 @@ class EngineDBHook(DbApiHook):
     hook_name = "etl-craft Engine DB"
     supports_autocommit = True
 
-    def __init__(self, *args: Any, profile: str | None = None, config_path: str | Path | None = None,
-                 use_config_file: bool = False, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *args: Any,
+        profile: str | None = None,
+        config_path: str | Path | None = None,
+        use_config_file: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._profile_name = profile
         self._config_path = config_path
@@ -90,14 +97,14 @@ class EngineDBHook(DbApiHook):
     def placeholder(self) -> str:
         return self.engine.placeholder
 
-    def get_conn(self) -> Any:
+    def get_conn(self) -> Connection:
         """A new DB-API connection to the Engine DB (autocommit; SQLite pragmas set, PostgreSQL schema checked)."""
         return self.engine.connect()
 
-    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+    def set_autocommit(self, conn: Connection, autocommit: bool) -> None:
         self.engine.set_autocommit(conn, autocommit)
 
-    def get_autocommit(self, conn: Any) -> bool:
+    def get_autocommit(self, conn: Connection) -> bool:
         return self.engine.get_autocommit(conn)
 
     def get_uri(self) -> str:
@@ -109,7 +116,7 @@ class EngineDBHook(DbApiHook):
         return f"sqlite:///{target.path}"
 
     def lock(
-        self, name: str, timeout: float | None = None, conn: Any | None = None
+        self, name: str, timeout: float | None = None, conn: Connection | None = None
     ) -> AbstractContextManager[None]:
         """Hold the named cross-process Engine DB lock (SPEC §8) as a context manager.
 
@@ -127,8 +134,9 @@ class EngineDBHook(DbApiHook):
         with self.engine.classified(), closing(self.engine.connect(create=True)) as conn:
             return init_db(self.engine, conn, lock_timeout)
 
-    def migrate(self, migrations_dir: str | Path | None = None,
-                lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> MigrateResult:  # fmt: skip
+    def migrate(
+        self, migrations_dir: str | Path | None = None, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    ) -> MigrateResult:
         """init-db if needed, then packaged and project migrations. See :func:`~…engine.migrations.migrate`."""
         project_dir = find_migrations_dir(migrations_dir, self.engine_profile.base_dir)
         with self.engine.classified(), closing(self.engine.connect(create=True)) as conn:
@@ -143,7 +151,8 @@ class EngineDBHook(DbApiHook):
         with closing(self.get_conn()) as conn, self.engine.classified(conn):
             yield RunLifecycle(self.engine, conn, lock_timeout)
 
-    def test_connection(self) -> tuple[bool, str]:
+    # common-sql's sql.pyi declares -> None, while its own test_connection returns (status, message) too.
+    def test_connection(self) -> tuple[bool, str]:  # type: ignore[override]
         """Connect, check the schema, and report the Engine schema's verdict (Airflow's Test button).
 
         An empty schema or pending ENGINE migrations pass (the message names the command to run next); a

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.providers.standard.operators.python import PythonOperator
 
@@ -34,8 +34,14 @@ from airflow_provider_etl_craft.settings import setting
 OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
 CountsFunc = Callable[[Any], Any]
 
+if TYPE_CHECKING:
+    # Type-checked as the operator it is mixed into (log, dag, task_id, execute…); a plain class at run time.
+    _MixinBase = BaseOperator
+else:
+    _MixinBase = object
 
-class RecordedTaskMixin:
+
+class RecordedTaskMixin(_MixinBase):
     """Adds Engine DB recording to an operator's ``execute`` and ``on_kill``. Put it first in the bases.
 
     :param pipeline_code: the pipeline this task belongs to (inherited inside ``etl_craft_pipeline``).
@@ -59,13 +65,19 @@ class RecordedTaskMixin:
     #: Marks tasks the claim and finish operators count as the pipeline's tasks.
     etl_craft_records_task = True
 
-    def __init__(self, *, pipeline_code: str | None = None, task_code: str | None = None,
-                 etl_craft_conn_id: str | None = None, etl_craft_profile: str | None = None,
-                 counts: CountsFunc | None = None,
-                 etl_craft_lock_timeout: float | None = None,
-                 etl_craft_gate_timeout: timedelta | float | None = None,
-                 etl_craft_gate_poke_interval: timedelta | float | None = None,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        pipeline_code: str | None = None,
+        task_code: str | None = None,
+        etl_craft_conn_id: str | None = None,
+        etl_craft_profile: str | None = None,
+        counts: CountsFunc | None = None,
+        etl_craft_lock_timeout: float | None = None,
+        etl_craft_gate_timeout: timedelta | float | None = None,
+        etl_craft_gate_poke_interval: timedelta | float | None = None,
+        **kwargs: Any,
+    ) -> None:
         raw_task_id = kwargs.get("task_id")
         code = (
             task_code
@@ -96,8 +108,10 @@ class RecordedTaskMixin:
         self._etl_craft_killed = False
 
     def _etl_craft_hook(self) -> EngineDBHook:
-        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id or setting("default_conn_id"),
-                            profile=self.etl_craft_profile)  # fmt: skip
+        return EngineDBHook(
+            etl_craft_conn_id=self.etl_craft_conn_id or setting("default_conn_id"),
+            profile=self.etl_craft_profile,
+        )
 
     def execute(self, context: Any) -> Any:
         # A try that comes back after reschedules (a sensor's poke) takes over the attempt it parked.
@@ -109,40 +123,56 @@ class RecordedTaskMixin:
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
         """A deferred try resumes (``execute_complete`` or the deferral's ``method_name``) in its attempt."""
         return self._etl_craft_record(
-            context, lambda: super(RecordedTaskMixin, self).resume_execution(next_method, next_kwargs, context),
+            context,
+            lambda: super(RecordedTaskMixin, self).resume_execution(next_method, next_kwargs, context),
             resume=True,
-        )  # fmt: skip
+        )
 
     def _etl_craft_record(self, context: Any, work: Callable[[], Any], resume: bool) -> Any:
         """Open (or take over) this try's attempt, run ``work``, record how it ended; Airflow sees ``work``'s outcome."""
         if not self.pipeline_code or not self.task_code:
             raise _compat.fail_exception()(
-                f"[CONFIGURATION] task {self.task_id} records to no pipeline: pass pipeline_code= (and task_code= "  # type: ignore[attr-defined]
+                f"[CONFIGURATION] task {self.task_id} records to no pipeline: pass pipeline_code= (and task_code= "
                 "if its task_id is not the code) or create it inside etl_craft_pipeline(...)"
             )
         identity = RunIdentity.from_context(context)
         if identity.temporary:
-            self.log.info("etl-craft: %s runs unrecorded: %s is a temporary DAG run (airflow tasks test), which "  # type: ignore[attr-defined]
-                          "has no Engine run; nothing is written to the Engine DB", self.task_code, identity.run_id)  # fmt: skip
+            self.log.info(
+                "etl-craft: %s runs unrecorded: %s is a temporary DAG run (airflow tasks test), which "
+                "has no Engine run; nothing is written to the Engine DB",
+                self.task_code,
+                identity.run_id,
+            )
             return work()
         ti = context["ti"]
         map_index = _map_index(ti)
         hook = self._etl_craft_hook()
         try:
             with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
-                handle = lifecycle.start_task(self.pipeline_code, self.task_code, identity, int(ti.try_number),
-                                              upstream_states=self._etl_craft_upstream_states(context),
-                                              claim_skipped=lambda: self._etl_craft_claim_skipped(context),
-                                              map_index=map_index, resume=resume)  # fmt: skip
+                handle = lifecycle.start_task(
+                    self.pipeline_code,
+                    self.task_code,
+                    identity,
+                    int(ti.try_number),
+                    upstream_states=self._etl_craft_upstream_states(context),
+                    claim_skipped=lambda: self._etl_craft_claim_skipped(context),
+                    map_index=map_index,
+                    resume=resume,
+                )
         except GateSkipped as skipped:
-            self.log.info("etl-craft: %s", skipped.reason)  # type: ignore[attr-defined]
+            self.log.info("etl-craft: %s", skipped.reason)
             raise AirflowSkipException(skipped.reason) from None
         except GateWaiting as waiting:
             self._etl_craft_wait(context, waiting.reason)
         self._etl_craft_attempt = handle
-        self.log.info("etl-craft: %s attempt %d%s (ATTEMPT_ID %d) in pipeline run %d", self.task_code,  # type: ignore[attr-defined]
-                      handle.attempt_number, "" if map_index is None else f" of map index {map_index}",
-                      handle.attempt_id, handle.pipeline_run_id)  # fmt: skip
+        self.log.info(
+            "etl-craft: %s attempt %d%s (ATTEMPT_ID %d) in pipeline run %d",
+            self.task_code,
+            handle.attempt_number,
+            "" if map_index is None else f" of map index {map_index}",
+            handle.attempt_id,
+            handle.pipeline_run_id,
+        )
         try:
             result = work()
             counts = TaskCounts.from_result(
@@ -154,11 +184,12 @@ class RecordedTaskMixin:
             raise
         with airflow_outcome():
             self._record_end(hook, handle, "SUCCESS", counts=counts, context=context)
-        self.log.info("etl-craft: %s SUCCESS %s", self.task_code, _format_counts(counts))  # type: ignore[attr-defined]
+        self.log.info("etl-craft: %s SUCCESS %s", self.task_code, _format_counts(counts))
         return result
 
-    def _etl_craft_record_exception(self, hook: EngineDBHook, handle: AttemptHandle, exc: BaseException,
-                                    context: Any) -> None:  # fmt: skip
+    def _etl_craft_record_exception(
+        self, hook: EngineDBHook, handle: AttemptHandle, exc: BaseException, context: Any
+    ) -> None:
         """Record what an exception from the work means: Airflow's control-flow signals are not failures."""
         signal = _control_flow(exc)
         if signal == "PARK":
@@ -167,12 +198,13 @@ class RecordedTaskMixin:
                 with hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
                     lifecycle.park_task(handle, _park_note(exc))
             except EtlCraftError as err:
-                self.log.error("etl-craft: could not park %s's attempt: %s", self.task_code, err)  # type: ignore[attr-defined]
+                self.log.error("etl-craft: could not park %s's attempt: %s", self.task_code, err)
         elif signal == "SUCCESS":  # a branch or short-circuit operator skipping its downstream tasks
             self._record_end(hook, handle, "SUCCESS", context=context, quiet=True)
         elif signal == "SKIPPED":
-            self._record_end(hook, handle, "SKIPPED", error=str(exc) or type(exc).__name__, context=context,
-                             quiet=True)  # fmt: skip
+            self._record_end(
+                hook, handle, "SKIPPED", error=str(exc) or type(exc).__name__, context=context, quiet=True
+            )
         else:
             status = "CANCELLED" if self._etl_craft_killed else _end_status(exc)
             self._record_end(hook, handle, status, error=_describe(exc), context=context, quiet=True)
@@ -181,7 +213,7 @@ class RecordedTaskMixin:
         """Airflow's state of same-pipeline upstream tasks (by task code) in this DAG run."""
 
         def states(codes: Sequence[str]) -> Mapping[str, str | None]:
-            task_ids = pipeline_tasks(self.dag, self.pipeline_code or "")  # type: ignore[attr-defined]
+            task_ids = pipeline_tasks(self.dag, self.pipeline_code or "")
             wanted = {code: task_ids[code] for code in codes if code in task_ids}
             found = _airflow_view.task_states(context, wanted.values())
             return {code: found.get(task_id) for code, task_id in wanted.items()}
@@ -190,8 +222,12 @@ class RecordedTaskMixin:
 
     def _etl_craft_claim_skipped(self, context: Any) -> bool:
         """Whether the claim task of this pipeline skipped in this DAG run (asked only when the run has ended)."""
-        claims = [t.task_id for t in self.dag.tasks  # type: ignore[attr-defined]
-                  if getattr(t, "etl_craft_claims_pipeline", False) and t.pipeline_code == self.pipeline_code]  # fmt: skip
+        claims = [
+            t.task_id
+            for t in self.dag.tasks
+            if getattr(t, "etl_craft_claims_pipeline", False)
+            and getattr(t, "pipeline_code", None) == self.pipeline_code
+        ]
         return any(state == "skipped" for state in _airflow_view.task_states(context, claims).values())
 
     def _etl_craft_wait(self, context: Any, reason: str) -> None:
@@ -205,13 +241,21 @@ class RecordedTaskMixin:
                 f"{self.etl_craft_gate_timeout:.0f}s): let the upstream run end (or resume the pipeline), then clear "
                 "this task"
             )
-        self.log.info("etl-craft: %s; looking again in %.0fs", reason, self.etl_craft_gate_poke_interval)  # type: ignore[attr-defined]
+        self.log.info("etl-craft: %s; looking again in %.0fs", reason, self.etl_craft_gate_poke_interval)
         raise _compat.airflow_exception("AirflowRescheduleException")(
             now + timedelta(seconds=self.etl_craft_gate_poke_interval)
         )
 
-    def _record_end(self, hook: EngineDBHook, handle: AttemptHandle, status: str, counts: TaskCounts | None = None,
-                    error: str | None = None, quiet: bool = False, context: Any = None) -> None:  # fmt: skip
+    def _record_end(
+        self,
+        hook: EngineDBHook,
+        handle: AttemptHandle,
+        status: str,
+        counts: TaskCounts | None = None,
+        error: str | None = None,
+        quiet: bool = False,
+        context: Any = None,
+    ) -> None:
         """Record the end of the attempt; ``quiet`` when the work's own error must not be hidden by ours."""
         self._etl_craft_attempt = None
         try:
@@ -221,16 +265,21 @@ class RecordedTaskMixin:
         except EtlCraftError as exc:
             if not quiet:
                 raise
-            self.log.error("etl-craft: could not record %s for %s: %s", status, self.task_code, exc)  # type: ignore[attr-defined]
+            self.log.error("etl-craft: could not record %s for %s: %s", status, self.task_code, exc)
 
     def on_kill(self) -> None:
         """Record the live attempt CANCELLED, then let the operator clean up its own work."""
         self._etl_craft_killed = True
         handle = self._etl_craft_attempt
         if handle is not None:
-            self._record_end(self._etl_craft_hook(), handle, "CANCELLED",
-                             error="cancelled: Airflow killed the task (on_kill)", quiet=True)  # fmt: skip
-        super().on_kill()  # type: ignore[misc]
+            self._record_end(
+                self._etl_craft_hook(),
+                handle,
+                "CANCELLED",
+                error="cancelled: Airflow killed the task (on_kill)",
+                quiet=True,
+            )
+        super().on_kill()
 
 
 def _seconds(value: timedelta | float) -> float:
@@ -314,9 +363,13 @@ def with_recording_arguments(init: Callable[..., None]) -> Callable[..., None]:
     own = inspect.signature(init)
     params = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     names = {p.name for p in params}
-    params += [p for p in inspect.signature(RecordedTaskMixin.__init__).parameters.values()
-               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in names]  # fmt: skip
+    params += [
+        p
+        for p in inspect.signature(RecordedTaskMixin.__init__).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in names
+    ]
     params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+    # A function takes __signature__ (inspect reads it); Callable's type does not declare the attribute.
     init.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
     return init
 
@@ -343,11 +396,14 @@ def recorded(operator_class: OperatorT) -> OperatorT:
         cls = type(
             f"Recorded{operator_class.__name__}",
             (RecordedTaskMixin, operator_class),
-            {"__module__": __name__, "__init__": _init, "__doc__": f"{operator_class.__name__}, recorded in the "
-             "etl-craft Engine DB."},
-        )  # fmt: skip
+            {
+                "__module__": __name__,
+                "__init__": _init,
+                "__doc__": f"{operator_class.__name__}, recorded in the etl-craft Engine DB.",
+            },
+        )
         _RECORDED[operator_class] = cls
-    return cls  # type: ignore[return-value]
+    return cls  # type: ignore[return-value]  # type() made a subclass of operator_class, unseen by mypy
 
 
 class EtlCraftPythonOperator(RecordedTaskMixin, PythonOperator):

@@ -17,10 +17,16 @@ from airflow_provider_etl_craft.settings import setting
 
 
 @contextmanager
-def etl_craft_pipeline(pipeline_code: str, *, group_id: str | None = None,
-                       etl_craft_conn_id: str | None = None, profile: str | None = None,
-                       claim_kwargs: dict[str, Any] | None = None, finish_kwargs: dict[str, Any] | None = None,
-                       **group_kwargs: Any) -> Iterator[TaskGroup]:  # fmt: skip
+def etl_craft_pipeline(
+    pipeline_code: str,
+    *,
+    group_id: str | None = None,
+    etl_craft_conn_id: str | None = None,
+    profile: str | None = None,
+    claim_kwargs: dict[str, Any] | None = None,
+    finish_kwargs: dict[str, Any] | None = None,
+    **group_kwargs: Any,
+) -> Iterator[TaskGroup]:
     """A TaskGroup ``claim → your tasks → finish`` for one etl-craft pipeline; you write only the work::
 
         with etl_craft_pipeline("DAILY_SALES"):
@@ -53,10 +59,26 @@ def etl_craft_pipeline(pipeline_code: str, *, group_id: str | None = None,
                     pipeline_code,
                     {"etl_craft_conn_id": etl_craft_conn_id, "etl_craft_profile": profile},
                 )
-        common = {"pipeline_code": pipeline_code, "etl_craft_conn_id": etl_craft_conn_id, "profile": profile}
-        claim = ClaimPipelineRunOperator(task_id="claim", **common, **(claim_kwargs or {}))
-        finish = FinishPipelineRunOperator(task_id="finish", **common, **(finish_kwargs or {}))
-        roots = [task for task in work if not any(group.has_task(up) for up in task.upstream_list)]
+        claim = ClaimPipelineRunOperator(
+            task_id="claim",
+            pipeline_code=pipeline_code,
+            etl_craft_conn_id=etl_craft_conn_id,
+            profile=profile,
+            **(claim_kwargs or {}),
+        )
+        finish = FinishPipelineRunOperator(
+            task_id="finish",
+            pipeline_code=pipeline_code,
+            etl_craft_conn_id=etl_craft_conn_id,
+            profile=profile,
+            **(finish_kwargs or {}),
+        )
+        # has_task reads only task_id, which a MappedOperator upstream has too; Airflow types it BaseOperator.
+        roots = [
+            task
+            for task in work
+            if not any(group.has_task(up) for up in task.upstream_list)  # type: ignore[arg-type]
+        ]
         lenient = [
             f"{t.task_id} ({getattr(t.trigger_rule, 'value', t.trigger_rule)})"
             for t in roots
@@ -70,7 +92,7 @@ def etl_craft_pipeline(pipeline_code: str, *, group_id: str | None = None,
             )
         claim >> (roots or [finish])
         if work:
-            work >> finish  # type: ignore[operator]
+            work >> finish
         finish.as_teardown(setups=claim, on_failure_fail_dagrun=True)
 
 

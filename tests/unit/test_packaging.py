@@ -1,4 +1,4 @@
-"""The wheel ships what the package reads at run time: both schema files and the example project."""
+"""The wheel ships what the package reads at run time (both schema files, the example project) and py.typed."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_contains_schema_files_examples_and_entry_points(tmp_path: Path) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run([*build, "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("airflow_provider_etl_craft-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
@@ -26,6 +24,7 @@ def test_wheel_contains_schema_files_examples_and_entry_points(tmp_path: Path) -
     assert "airflow_provider_etl_craft/example_dags/project/migrations/0001_example_pipeline.sql" in names
     assert "provider_info = airflow_provider_etl_craft.get_provider_info:get_provider_info" in entry_points
     assert "etl-craft-airflow = airflow_provider_etl_craft.cli.main:run" in entry_points
+    assert "airflow_provider_etl_craft/py.typed" in names  # type checkers read the annotations (PEP 561)
 
 
 def zf_text(wheel: Path, name: str) -> str:

@@ -7,7 +7,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor, Row
 
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.config.profile import EngineProfile
@@ -18,14 +20,23 @@ if TYPE_CHECKING:
 class StatementResult:
     """What one statement returned: its rows (empty for statements without results) and its row count."""
 
-    rows: list[tuple[Any, ...]]
+    rows: list[Row]
     rowcount: int
 
 
-class EngineDialect(ABC):
+#: The connection type a dialect opens (sqlite3's, or a psycopg2/psycopg 3 one).
+ConnT = TypeVar("ConnT", bound=Connection)
+
+
+class EngineDialect(ABC, Generic[ConnT]):
     """One Engine DB: opens connections to it, runs transactions and scripts, and holds named locks.
 
     SQL written by callers uses ``?`` placeholders; :meth:`sql` rewrites them for the driver.
+
+    Generic in the connection type its driver opens, so a dialect uses its driver's own features typed
+    (PostgreSQL's ``autocommit``, SQLite's ``isolation_level``). Callers hold a plain ``EngineDialect`` (either
+    kind) and give it back only connections it opened, typed as
+    :class:`~airflow_provider_etl_craft.engine.dbapi.Connection`.
     """
 
     name: ClassVar[str]
@@ -36,7 +47,7 @@ class EngineDialect(ABC):
         self._sql_cache: dict[str, str] = {}
 
     @abstractmethod
-    def connect(self, create: bool = False) -> Any:
+    def connect(self, create: bool = False) -> ConnT:
         """A new DB-API connection in autocommit mode, session set up (pragmas, checks done).
 
         :param create: may create the database itself where the dialect can (a SQLite file): only init-db
@@ -87,7 +98,7 @@ class EngineDialect(ABC):
         """The driver's base class of errors the database reported (DB-API ``Error``)."""
 
     @abstractmethod
-    def classify(self, exc: BaseException, conn: Any | None = None) -> EtlCraftError:
+    def classify(self, exc: BaseException, conn: ConnT | None = None) -> EtlCraftError:
         """The provider's typed error for the driver error ``exc``.
 
         Decided by the database's own code (PostgreSQL's SQLSTATE, SQLite's result code) and the driver's
@@ -97,7 +108,7 @@ class EngineDialect(ABC):
         """
 
     @contextmanager
-    def classified(self, conn: Any | None = None) -> Iterator[None]:
+    def classified(self, conn: ConnT | None = None) -> Iterator[None]:
         """Driver errors leave the block as the provider's typed errors (:meth:`classify`)."""
         try:
             yield
@@ -110,8 +121,8 @@ class EngineDialect(ABC):
 
     @contextmanager
     def transaction(
-        self, conn: Any, lock: str | None = None, lock_timeout: float | None = None
-    ) -> Iterator[Any]:
+        self, conn: ConnT, lock: str | None = None, lock_timeout: float | None = None
+    ) -> Iterator[Cursor]:
         """Open a write transaction on ``conn``; commit on success, roll back on error. Yields a cursor.
 
         With ``lock``, the named cross-process lock (SPEC §8) is taken for exactly this transaction (a
@@ -144,17 +155,17 @@ class EngineDialect(ABC):
         """What holds ``lock`` around the whole transaction (SQLite's lock file); nothing by default."""
         return nullcontext()
 
-    def begin(self, cur: Any, lock: str | None, lock_timeout: float | None) -> None:
+    def begin(self, cur: Cursor, lock: str | None, lock_timeout: float | None) -> None:
         """Open the transaction on ``cur`` (and take ``lock`` inside it where the database can)."""
         cur.execute(self.begin_statement)
 
     def schema_transaction(
-        self, conn: Any, lock: str | None = None, lock_timeout: float | None = None
-    ) -> AbstractContextManager[Any]:
+        self, conn: ConnT, lock: str | None = None, lock_timeout: float | None = None
+    ) -> AbstractContextManager[Cursor]:
         """A transaction for schema changes (init-db, migrations); SQLite widens it (see its dialect)."""
         return self.transaction(conn, lock, lock_timeout)
 
-    def verify_schema(self, conn: Any) -> None:
+    def verify_schema(self, conn: ConnT) -> None:
         """Check that transactions on ``conn`` resolve names in the profile's schema (PostgreSQL).
 
         :raises ConfigurationError: they do not (the role cannot use the schema).
@@ -162,7 +173,9 @@ class EngineDialect(ABC):
         return None  # SQLite: a database file has no schemas to resolve
 
     @abstractmethod
-    def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
+    def lock(
+        self, name: str, timeout: float | None, conn: ConnT | None = None
+    ) -> AbstractContextManager[None]:
         """Hold the named cross-process lock (SPEC §8) around code that is not one transaction.
 
         Prefer ``transaction(conn, lock=name)``, which ties the lock to the transaction that needs it.
@@ -170,18 +183,18 @@ class EngineDialect(ABC):
         """
 
     @abstractmethod
-    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+    def set_autocommit(self, conn: ConnT, autocommit: bool) -> None:
         """Switch ``conn`` between autocommit and driver-managed transactions (common-sql's ``run``)."""
 
     @abstractmethod
-    def get_autocommit(self, conn: Any) -> bool:
+    def get_autocommit(self, conn: ConnT) -> bool:
         """Whether ``conn`` is in autocommit mode."""
 
     @abstractmethod
-    def execute_script(self, cursor: Any, text: str) -> None:
+    def execute_script(self, cursor: Cursor, text: str) -> None:
         """Run a multi-statement SQL file inside the caller's transaction."""
 
-    def table_names(self, conn: Any, cur: Any | None = None) -> set[str]:
+    def table_names(self, conn: ConnT, cur: Cursor | None = None) -> set[str]:
         """Upper-cased names of the tables in the Engine schema (on ``cur``, inside its transaction, if given)."""
         text, params = self.table_names_query()
         rows = self.rows(cur, text, params) if cur is not None else self.query(conn, text, params)
@@ -204,11 +217,11 @@ class EngineDialect(ABC):
             return text
         return text.replace("%", "%%").replace("?", self.placeholder)
 
-    def query(self, conn: Any, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def query(self, conn: ConnT, text: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one statement outside an explicit transaction and return all rows (empty without results)."""
         return self.execute(conn, text, params).rows
 
-    def execute(self, conn: Any, text: str, params: Sequence[Any] = ()) -> StatementResult:
+    def execute(self, conn: ConnT, text: str, params: Sequence[Any] = ()) -> StatementResult:
         """Run one statement on autocommit ``conn`` as its own transaction: its rows and row count.
 
         PostgreSQL scopes the Engine schema to that transaction (no session state, see its dialect).
@@ -220,7 +233,7 @@ class EngineDialect(ABC):
         finally:
             cur.close()
 
-    def rows(self, cur: Any, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def rows(self, cur: Cursor, text: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one statement on ``cur`` (inside the caller's transaction) and return all rows."""
         cur.execute(self.sql(text), tuple(params))
         return list(cur.fetchall()) if cur.description else []

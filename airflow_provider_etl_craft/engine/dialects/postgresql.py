@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import locks
+from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver
 from airflow_provider_etl_craft.engine.dialects import pg_probe
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
 from airflow_provider_etl_craft.engine.url import PostgresTarget
@@ -25,6 +26,9 @@ from airflow_provider_etl_craft.errors import (
     EtlCraftError,
     LockTimeoutError,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.config.profile import EngineProfile
 
 DEFAULT_CONNECT_TIMEOUT = "10"
 DEFAULT_APPLICATION_NAME = "etl-craft-airflow"
@@ -43,11 +47,11 @@ _READ_ONLY_TRANSACTION = "25006"
 POOLER_REFUSED_STARTUP = frozenset({"options"})
 
 
-class PostgresDialect(EngineDialect):
+class PostgresDialect(EngineDialect[PgConnection]):
     name = "postgresql"
     placeholder = "%s"
 
-    def __init__(self, profile: Any) -> None:
+    def __init__(self, profile: EngineProfile) -> None:
         super().__init__(profile)
         self._scoped_cache: dict[str, str] = {}
 
@@ -58,12 +62,12 @@ class PostgresDialect(EngineDialect):
         return None if value is None else value.astimezone(UTC)
 
     def integrity_error(self) -> type[Exception]:
-        return self._driver_module().IntegrityError  # type: ignore[no-any-return]
+        return self._driver_module().IntegrityError
 
     def database_error(self) -> type[Exception]:
-        return self._driver_module().Error  # type: ignore[no-any-return]
+        return self._driver_module().Error
 
-    def _driver_module(self) -> Any:
+    def _driver_module(self) -> PgDriver:
         """psycopg2, or psycopg 3 for auth modes that need libpq ≥ 18 (sso); both speak DB-API with ``%s``."""
         if self.profile.auth.driver != "psycopg":
             import psycopg2
@@ -107,7 +111,7 @@ class PostgresDialect(EngineDialect):
         kwargs.update(profile.auth.connect_kwargs(profile))
         return kwargs
 
-    def connect(self, create: bool = False) -> Any:  # a server database is never created here
+    def connect(self, create: bool = False) -> PgConnection:  # a server database is never created here
         driver = self._driver_module()
         try:
             conn = driver.connect(**self.connect_kwargs())
@@ -127,14 +131,16 @@ class PostgresDialect(EngineDialect):
             )
         return conn
 
-    def verify_schema(self, conn: Any) -> None:
+    def verify_schema(self, conn: PgConnection) -> None:
         """Inside a transaction, after its ``SET LOCAL search_path``, ``current_schema()`` must be the profile's.
 
         It is NULL when the role lacks USAGE on the schema (and the schema is then useless to it).
         """
         with self.transaction(conn) as cur:
             cur.execute("SELECT current_schema()")
-            (found,) = cur.fetchone()
+            row = cur.fetchone()
+        assert row is not None  # a SELECT without FROM returns one row
+        (found,) = row
         if found != self.profile.schema:
             raise ConfigurationError(
                 f"transactions on {self.describe()} as {self.profile.user or 'the default role'} resolve names in "
@@ -157,7 +163,7 @@ class PostgresDialect(EngineDialect):
             raise ConfigurationError(f"schema {schema!r} is not a plain identifier")
         return f'SET LOCAL search_path TO "{schema}"'
 
-    def begin(self, cur: Any, lock: str | None, lock_timeout: float | None) -> None:
+    def begin(self, cur: Cursor, lock: str | None, lock_timeout: float | None) -> None:
         """``BEGIN``, the Engine schema for this transaction, and ``lock`` as an advisory transaction lock.
 
         ``lock_timeout`` bounds only the lock wait: it is set just before and reset to 0 just after, both
@@ -179,7 +185,10 @@ class PostgresDialect(EngineDialect):
                 cur.execute("; ".join(text for text, _ in steps), tuple(p for _, ps in steps for p in ps))
             else:
                 for text, params in steps:
-                    cur.execute(text, params or None)
+                    if params:
+                        cur.execute(text, params)
+                    else:  # none passed: psycopg 3 sends the text as written (no placeholder parsing)
+                        cur.execute(text)
         except Exception as exc:
             with suppress(Exception):
                 cur.execute("ROLLBACK")
@@ -187,7 +196,7 @@ class PostgresDialect(EngineDialect):
                 raise locks.lock_timeout_error(self.profile.schema, lock, lock_timeout) from None
             raise
 
-    def execute(self, conn: Any, text: str, params: Sequence[Any] = ()) -> StatementResult:
+    def execute(self, conn: PgConnection, text: str, params: Sequence[Any] = ()) -> StatementResult:
         """One statement with the Engine schema set for it alone: with psycopg2 ``SET LOCAL search_path; <sql>``
         in one query string, which the server runs as one implicit transaction (one round trip)."""
         if not self._one_round_trip:
@@ -204,7 +213,7 @@ class PostgresDialect(EngineDialect):
         finally:
             cur.close()
 
-    def classify(self, exc: BaseException, conn: Any | None = None) -> EtlCraftError:
+    def classify(self, exc: BaseException, conn: PgConnection | None = None) -> EtlCraftError:
         """By SQLSTATE (see the module's tables); a driver error without one after login lost the session."""
         code = locks.sqlstate(exc)
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -218,8 +227,10 @@ class PostgresDialect(EngineDialect):
 
         driver = self._driver_module()
         if code is None and not isinstance(exc, (driver.OperationalError, driver.InterfaceError)):
-            return EngineDBError(f"the database driver refused a command on {where} ({type(exc).__name__}: "
-                                 f"{detail}); this is a defect of the provider: please report it")  # fmt: skip
+            return EngineDBError(
+                f"the database driver refused a command on {where} ({type(exc).__name__}: "
+                f"{detail}); this is a defect of the provider: please report it"
+            )
         if code is None or matches(_GONE):
             # psycopg reports a broken session (server gone, TLS closed, network cut) without a SQLSTATE.
             return EngineUnreachableError(
@@ -268,10 +279,20 @@ class PostgresDialect(EngineDialect):
             return local
         where = f"{self.describe()} as {profile.user or 'the default role'} ({profile.describe()})"
         timeout = float(target.settings.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT)
-        startup = {k: target.settings[k] for k in ("application_name", "options", "client_encoding")
-                   if target.settings.get(k)} or {"application_name": DEFAULT_APPLICATION_NAME}  # fmt: skip
-        answer = pg_probe.ask(target.host, target.port, target.database, profile.user, startup, target.settings,
-                              max(1.0, min(timeout, 10.0)))  # fmt: skip
+        startup = {
+            k: target.settings[k]
+            for k in ("application_name", "options", "client_encoding")
+            if target.settings.get(k)
+        } or {"application_name": DEFAULT_APPLICATION_NAME}
+        answer = pg_probe.ask(
+            target.host,
+            target.port,
+            target.database,
+            profile.user,
+            startup,
+            target.settings,
+            max(1.0, min(timeout, 10.0)),
+        )
         if not answer.reachable:
             return EngineUnreachableError(
                 f"cannot reach the Engine DB {where}: {detail}; check host, port and network (a retry may succeed)"
@@ -317,7 +338,7 @@ class PostgresDialect(EngineDialect):
         )
 
     @contextmanager
-    def _lock(self, name: str, timeout: float | None, conn: Any | None) -> Iterator[None]:
+    def _lock(self, name: str, timeout: float | None, conn: PgConnection | None) -> Iterator[None]:
         if conn is not None:
             with locks.advisory_lock(conn, self.profile.schema, name, timeout):
                 yield
@@ -331,7 +352,9 @@ class PostgresDialect(EngineDialect):
         finally:
             own.close()
 
-    def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
+    def lock(
+        self, name: str, timeout: float | None, conn: PgConnection | None = None
+    ) -> AbstractContextManager[None]:
         """Hold ``name`` around code that is not one transaction.
 
         Without ``conn``: an advisory transaction lock on a connection of its own, open until the block ends.
@@ -341,13 +364,13 @@ class PostgresDialect(EngineDialect):
         locks.check_lock_name(name)
         return self._lock(name, timeout, conn)
 
-    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+    def set_autocommit(self, conn: PgConnection, autocommit: bool) -> None:
         conn.autocommit = autocommit
 
-    def get_autocommit(self, conn: Any) -> bool:
+    def get_autocommit(self, conn: PgConnection) -> bool:
         return bool(conn.autocommit)
 
-    def execute_script(self, cursor: Any, text: str) -> None:
+    def execute_script(self, cursor: Cursor, text: str) -> None:
         cursor.execute(text)
 
     def start_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> tuple[Any, ...] | None:

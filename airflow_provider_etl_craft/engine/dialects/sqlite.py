@@ -7,9 +7,11 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from airflow_provider_etl_craft.engine import locks
+from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.url import SqliteTarget
 from airflow_provider_etl_craft.errors import (
@@ -36,7 +38,7 @@ def check_sqlite_version(found: tuple[int, int, int] = sqlite3.sqlite_version_in
         )
 
 
-class SqliteDialect(EngineDialect):
+class SqliteDialect(EngineDialect[sqlite3.Connection]):
     name = "sqlite"
     placeholder = "?"
     begin_statement = "BEGIN IMMEDIATE"
@@ -56,7 +58,7 @@ class SqliteDialect(EngineDialect):
     def database_error(self) -> type[Exception]:
         return sqlite3.Error
 
-    def classify(self, exc: BaseException, conn: Any | None = None) -> EtlCraftError:
+    def classify(self, exc: BaseException, conn: sqlite3.Connection | None = None) -> EtlCraftError:
         """By SQLite's primary result code (``sqlite_errorcode & 0xFF``), never by message text."""
         code = getattr(exc, "sqlite_errorcode", None)
         name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
@@ -87,10 +89,14 @@ class SqliteDialect(EngineDialect):
                 f"reading or writing {where} failed ({name}: {detail}); check the disk; a retry may succeed"
             )
         if code is None:  # raised by Python's sqlite3 module itself (a closed connection, a bad binding)
-            return EngineDBError(f"the sqlite3 module refused a command on {where} ({name}: {detail}); this is a "
-                                 "defect of the provider: please report it")  # fmt: skip
-        return EngineDBError(f"{where} refused a command ({name}: {detail}); run `etl-craft-airflow migrate` if "
-                             "Engine tables are missing")  # fmt: skip
+            return EngineDBError(
+                f"the sqlite3 module refused a command on {where} ({name}: {detail}); this is a "
+                "defect of the provider: please report it"
+            )
+        return EngineDBError(
+            f"{where} refused a command ({name}: {detail}); run `etl-craft-airflow migrate` if "
+            "Engine tables are missing"
+        )
 
     def _transaction_lock(self, lock: str | None, timeout: float | None) -> AbstractContextManager[None]:
         # The lock file is taken before BEGIN IMMEDIATE and given back after COMMIT/ROLLBACK.
@@ -98,8 +104,8 @@ class SqliteDialect(EngineDialect):
 
     @contextmanager
     def schema_transaction(
-        self, conn: Any, lock: str | None = None, lock_timeout: float | None = None
-    ) -> Iterator[Any]:
+        self, conn: sqlite3.Connection, lock: str | None = None, lock_timeout: float | None = None
+    ) -> Iterator[Cursor]:
         """SQLite's procedure for changes it cannot ALTER in place (a table rebuilt and renamed).
 
         Foreign keys are switched off for this connection around the transaction (the pragma is a no-op
@@ -111,7 +117,8 @@ class SqliteDialect(EngineDialect):
             try:
                 with self.transaction(conn) as cur:
                     yield cur
-                    broken = cur.execute("PRAGMA foreign_key_check").fetchall()
+                    cur.execute("PRAGMA foreign_key_check")
+                    broken = cur.fetchall()
                     if broken:
                         table, rowid, parent, _ = broken[0]
                         raise sqlite3.IntegrityError(
@@ -126,7 +133,7 @@ class SqliteDialect(EngineDialect):
         return _ROW_LOCK.sub("", text)
 
     @property
-    def path(self):  # noqa: ANN201 - Path
+    def path(self) -> Path:
         target = self.profile.target
         assert isinstance(target, SqliteTarget)
         return target.path
@@ -157,17 +164,19 @@ class SqliteDialect(EngineDialect):
             ) from None
         return conn
 
-    def lock(self, name: str, timeout: float | None, conn: Any | None = None) -> AbstractContextManager[None]:
+    def lock(
+        self, name: str, timeout: float | None, conn: sqlite3.Connection | None = None
+    ) -> AbstractContextManager[None]:
         return locks.file_lock(self.path, name, timeout)
 
-    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+    def set_autocommit(self, conn: sqlite3.Connection, autocommit: bool) -> None:
         # Python's sqlite3 opens its implicit transactions with this keyword: IMMEDIATE queues writers.
         conn.isolation_level = None if autocommit else "IMMEDIATE"
 
-    def get_autocommit(self, conn: Any) -> bool:
+    def get_autocommit(self, conn: sqlite3.Connection) -> bool:
         return conn.isolation_level is None
 
-    def execute_script(self, cursor: Any, text: str) -> None:
+    def execute_script(self, cursor: Cursor, text: str) -> None:
         for statement in split_statements(text):
             cursor.execute(statement)
 

@@ -16,8 +16,14 @@ from pathlib import Path
 from airflow_provider_etl_craft.errors import ConfigurationError, EtlCraftError
 
 
-def checked_path(path: str | os.PathLike[str], setting: str, *, kind: str = "file", must_exist: bool = True,
-                 error: type[EtlCraftError] = ConfigurationError) -> Path:  # fmt: skip
+def checked_path(
+    path: str | os.PathLike[str],
+    setting: str,
+    *,
+    kind: str = "file",
+    must_exist: bool = True,
+    error: type[EtlCraftError] = ConfigurationError,
+) -> Path:
     """``path`` with ``~`` expanded and symbolic links resolved, after the checks above.
 
     :param setting: what the path came from, for the message (``Secrets.Path``, ``Engine.prod.key_file``).
@@ -49,8 +55,9 @@ def checked_path(path: str | os.PathLike[str], setting: str, *, kind: str = "fil
     return resolved
 
 
-def read_text(path: str | os.PathLike[str], setting: str,
-              error: type[EtlCraftError] = ConfigurationError) -> str:  # fmt: skip
+def read_text(
+    path: str | os.PathLike[str], setting: str, error: type[EtlCraftError] = ConfigurationError
+) -> str:
     """The UTF-8 text of a file that passes :func:`checked_path`."""
     resolved = checked_path(path, setting, error=error)
     try:

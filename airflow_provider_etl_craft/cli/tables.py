@@ -6,8 +6,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int | None = 40,
-                 widths: Mapping[str, int | None] | None = None) -> str:  # fmt: skip
+def format_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    max_width: int | None = 40,
+    widths: Mapping[str, int | None] | None = None,
+) -> str:
     """Left-aligned columns separated by two spaces; long cells are cut with ``…``; NULL shows as ``-``.
 
     :param max_width: longest cell text kept (None: never cut).

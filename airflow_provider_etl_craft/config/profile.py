@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,9 @@ def build_profile(
     target = parse_jdbc_url(url, f"{origin}: {setting('jdbc_url')}", base_dir)
     schema_raw = resolver.value(setting("schema"), settings.get("schema"))
     auth_raw = resolver.value(setting("auth_mode"), settings.get("auth_mode"))
-    common = dict(name=name, origin=origin, setting_prefix=prefix, target=target, base_dir=base_dir)
+    common = partial(
+        EngineProfile, name=name, origin=origin, setting_prefix=prefix, target=target, base_dir=base_dir
+    )
     if isinstance(target, SqliteTarget):
         return _sqlite_profile(common, settings, schema_raw, auth_raw, origin, setting)
     assert isinstance(target, PostgresTarget)
@@ -189,11 +192,11 @@ def build_profile(
             value = str(resolve_beside(value, base_dir))
         fields[key] = value
     user = fields.pop("user", None)
-    return EngineProfile(**common, schema=schema, auth=mode, user=user, fields=fields, secrets=secrets)
+    return common(schema=schema, auth=mode, user=user, fields=fields, secrets=secrets)
 
 
 def _sqlite_profile(
-    common: dict[str, Any],
+    common: Callable[..., EngineProfile],
     settings: Mapping[str, Any],
     schema_raw: str | None,
     auth_raw: str | None,
@@ -216,7 +219,7 @@ def _sqlite_profile(
         raise ConfigurationError(
             f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')"
         )
-    return EngineProfile(**common, schema=schema, auth=NO_AUTH)
+    return common(schema=schema, auth=NO_AUTH)
 
 
 def _schema(raw: str | None, origin: str, setting: str) -> str:

@@ -36,8 +36,9 @@ class _EtlCraftDecoratedOperator(RecordedTaskMixin, DecoratedOperator, PythonOpe
         )
 
 
-def etl_craft_task(python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None,
-                   **kwargs: Any) -> TaskDecorator:  # fmt: skip
+def etl_craft_task(
+    python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """Wrap a function into a recorded etl-craft task.
 
     Takes :class:`~airflow_provider_etl_craft.operators.task_run.RecordedTaskMixin`'s arguments

@@ -76,11 +76,15 @@ with DAG(  # noqa: SIM117 - the pipeline group reads better on its own line
 
             ds = run_date(dag_run)
             rng = random.Random(ds)
-            rows = [(f"{ds}-{i:04d}", ds, rng.choice(["north", "south", "west"]), round(rng.uniform(5, 500), 2))
-                    for i in range(rng.randint(40, 60))]  # fmt: skip
+            rows = [
+                (f"{ds}-{i:04d}", ds, rng.choice(["north", "south", "west"]), round(rng.uniform(5, 500), 2))
+                for i in range(rng.randint(40, 60))
+            ]
             hook = SqliteHook(sqlite_conn_id=WAREHOUSE_CONN_ID)
-            hook.run("CREATE TABLE IF NOT EXISTS raw_orders (order_id TEXT PRIMARY KEY, order_date TEXT, "
-                     "region TEXT, amount REAL)")  # fmt: skip
+            hook.run(
+                "CREATE TABLE IF NOT EXISTS raw_orders (order_id TEXT PRIMARY KEY, order_date TEXT, "
+                "region TEXT, amount REAL)"
+            )
             hook.run("DELETE FROM raw_orders WHERE order_date = ?", parameters=(ds,))
             hook.insert_rows("raw_orders", rows, target_fields=["order_id", "order_date", "region", "amount"])
             return {"source_count": len(rows), "rows_written": len(rows)}

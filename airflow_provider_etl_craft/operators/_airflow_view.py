@@ -29,8 +29,9 @@ def task_states(context: Mapping[str, Any], task_ids: Iterable[str]) -> dict[str
     return task_and_map_states(context, task_ids)[0]
 
 
-def task_and_map_states(context: Mapping[str, Any], task_ids: Iterable[str],
-                        mapped: Iterable[str] = ()) -> tuple[dict[str, str | None], dict[str, dict[int, str | None]]]:  # fmt: skip
+def task_and_map_states(
+    context: Mapping[str, Any], task_ids: Iterable[str], mapped: Iterable[str] = ()
+) -> tuple[dict[str, str | None], dict[str, dict[int, str | None]]]:
     """Airflow's state of ``task_ids`` in the current DAG run, and of each map index of the ``mapped`` ones.
 
     Airflow reports a map index as ``<task_id>_<index>``; a mapped task that was not expanded (yet, or to

@@ -80,16 +80,29 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     #: Marks the claim task, which recorded tasks ask about when their run was skipped at claim.
     etl_craft_claims_pipeline = True
 
-    def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str | None = None, profile: str | None = None,
-                 lock_timeout: float | None = None, check_task_codes: bool = True, close_abandoned: bool = True,
-                 mode: str | None = None, poke_interval: timedelta | float | None = None,
-                 timeout: timedelta | float | None = None, min_retries: int = DEFAULT_CLAIM_MIN_RETRIES,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        pipeline_code: str,
+        etl_craft_conn_id: str | None = None,
+        profile: str | None = None,
+        lock_timeout: float | None = None,
+        check_task_codes: bool = True,
+        close_abandoned: bool = True,
+        mode: str | None = None,
+        poke_interval: timedelta | float | None = None,
+        timeout: timedelta | float | None = None,
+        min_retries: int = DEFAULT_CLAIM_MIN_RETRIES,
+        **kwargs: Any,
+    ) -> None:
         kwargs["retries"] = max(int(kwargs.get("retries") or 0), min_retries)
         kwargs.setdefault("retry_delay", DEFAULT_CLAIM_RETRY_DELAY)
-        super().__init__(mode=mode or setting("wait_mode"),
-                         poke_interval=setting("claim_poke_interval") if poke_interval is None else poke_interval,
-                         timeout=setting("claim_timeout") if timeout is None else timeout, **kwargs)  # fmt: skip
+        super().__init__(
+            mode=mode or setting("wait_mode"),
+            poke_interval=setting("claim_poke_interval") if poke_interval is None else poke_interval,
+            timeout=setting("claim_timeout") if timeout is None else timeout,
+            **kwargs,
+        )
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
         self.etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
         self.profile = profile
@@ -129,8 +142,12 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
                 if outcome.action == "SKIPPED":
-                    self.log.info("etl-craft: run %s of pipeline %s recorded SKIPPED: %s", outcome.pipeline_run_id,
-                                  self.pipeline_code, outcome.reason)  # fmt: skip
+                    self.log.info(
+                        "etl-craft: run %s of pipeline %s recorded SKIPPED: %s",
+                        outcome.pipeline_run_id,
+                        self.pipeline_code,
+                        outcome.reason,
+                    )
                     raise AirflowSkipException(f"pipeline {self.pipeline_code} skipped: {outcome.reason}")
                 if outcome.action == "WAITING":
                     self._waiting = outcome.reason
@@ -139,32 +156,45 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                 if outcome.action != "BLOCKED":
                     self._blocking = self._waiting = None
                     self._warn_strict_trigger_rules(outcome.lenient_tasks)
-                    self.log.info("etl-craft: %s run %d of pipeline %s (%s)", outcome.action.lower(),
-                                  outcome.pipeline_run_id, self.pipeline_code, identity.run_key)  # fmt: skip
+                    self.log.info(
+                        "etl-craft: %s run %d of pipeline %s (%s)",
+                        outcome.action.lower(),
+                        outcome.pipeline_run_id,
+                        self.pipeline_code,
+                        identity.run_key,
+                    )
                     return PokeReturnValue(is_done=True, xcom_value=outcome.pipeline_run_id)
                 assert outcome.blocking is not None
                 self._blocking, self._waiting = outcome.blocking, None
                 if not self._close_if_abandoned(context, lifecycle, identity, outcome.blocking):
-                    self.log.info("etl-craft: waiting for %s of pipeline %s", outcome.blocking.describe(),
-                                  self.pipeline_code)  # fmt: skip
+                    self.log.info(
+                        "etl-craft: waiting for %s of pipeline %s",
+                        outcome.blocking.describe(),
+                        self.pipeline_code,
+                    )
                     return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=False)
 
     def _warn_strict_trigger_rules(self, lenient: Sequence[str]) -> None:
         """Warn about gated tasks Airflow would never start when an upstream fails (trigger rule all_success)."""
         tasks = pipeline_tasks(self.dag, self.pipeline_code)
-        strict = [f"{code} ({tasks[code]})" for code in lenient
-                  if code in tasks and self.dag.get_task(tasks[code]).trigger_rule == "all_success"]  # fmt: skip
+        strict = [
+            f"{code} ({tasks[code]})"
+            for code in lenient
+            if code in tasks and self.dag.get_task(tasks[code]).trigger_rule == "all_success"
+        ]
         if strict:
             self.log.warning(
                 "etl-craft: %s of pipeline %s may run after an upstream failed or was skipped (FAILURE/ALWAYS "
                 "dependency or ANY/N run condition), but keep trigger_rule='all_success', so Airflow will not start "
                 "them then; give them trigger_rule='all_done' and let the Engine gate decide",
-                ", ".join(strict), self.pipeline_code,
-            )  # fmt: skip
+                ", ".join(strict),
+                self.pipeline_code,
+            )
 
-    def _close_if_abandoned(self, context: Any, lifecycle: RunLifecycle, identity: RunIdentity,
-                            blocking: RunRow) -> bool:  # fmt: skip
+    def _close_if_abandoned(
+        self, context: Any, lifecycle: RunLifecycle, identity: RunIdentity, blocking: RunRow
+    ) -> bool:
         """Close ``blocking`` when Airflow says its DAG run is over; True when the claim may try again."""
         owner = RunIdentity.parse_run_key(blocking.run_key)
         if not self.close_abandoned or owner is None:
@@ -172,8 +202,10 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         state = _airflow_view.dag_run_state(context, *owner)
         if state is None or (state not in _airflow_view.ENDED_DAG_RUN and state != _airflow_view.NOT_FOUND):
             return False
-        reason = (f"its Airflow DAG run {owner[1]} of {owner[0]} is {state} but never finished the Engine run; "
-                  f"closed by {identity.run_key}")  # fmt: skip
+        reason = (
+            f"its Airflow DAG run {owner[1]} of {owner[0]} is {state} but never finished the Engine run; "
+            f"closed by {identity.run_key}"
+        )
         closed = lifecycle.close_abandoned(self.pipeline_code, blocking.pipeline_run_id, identity, reason)
         if closed:
             self.log.warning("etl-craft: closed %s as abandoned: %s", blocking.describe(), reason)
@@ -198,9 +230,17 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
 
     ui_color = "#fdf1d6"
 
-    def __init__(self, *, pipeline_code: str, etl_craft_conn_id: str | None = None, profile: str | None = None,
-                 lock_timeout: float | None = None, trigger_rule: str = "all_done", emit_asset: bool = True,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        pipeline_code: str,
+        etl_craft_conn_id: str | None = None,
+        profile: str | None = None,
+        lock_timeout: float | None = None,
+        trigger_rule: str = "all_done",
+        emit_asset: bool = True,
+        **kwargs: Any,
+    ) -> None:
         etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
         if emit_asset:
             kwargs["outlets"] = [
@@ -224,15 +264,25 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         states = airflow_states_by_code(tasks, found)
         map_states = {code: found_maps[tid] for code, tid in mapped.items()}
         # Airflow does not fail a DAG run for a teardown task that fails, unless it says so.
-        lenient = [code for code, tid in tasks.items()
-                   if self.dag.get_task(tid).is_teardown and not self.dag.get_task(tid).on_failure_fail_dagrun]  # fmt: skip
+        lenient = [
+            code
+            for code, tid in tasks.items()
+            if self.dag.get_task(tid).is_teardown and not self.dag.get_task(tid).on_failure_fail_dagrun
+        ]
         with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
             outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states, lenient)
         summary = f"pipeline {self.pipeline_code} run {outcome.pipeline_run_id} ended {outcome.status}"
         if outcome.already_ended:
             summary += " (already; nothing changed)"
-        details = [f"{label}: {', '.join(codes)}" for label, codes in
-                   (("failed", outcome.failed), ("lost", outcome.lost), ("skipped", outcome.skipped)) if codes]  # fmt: skip
+        details = [
+            f"{label}: {', '.join(codes)}"
+            for label, codes in (
+                ("failed", outcome.failed),
+                ("lost", outcome.lost),
+                ("skipped", outcome.skipped),
+            )
+            if codes
+        ]
         if outcome.sla_status:
             details.append(f"SLA {outcome.sla_status}")
         message = summary + (f" ({'; '.join(details)})" if details else "")

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.errors import StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import TaskCounts, clean_text
 from airflow_provider_etl_craft.runs.mapped import IndexAttempt, settle
@@ -137,7 +138,7 @@ class EndAttempt(Transition):
 
 def settle_mapped(
     transition: Transition,
-    cur: Any,
+    cur: Cursor,
     task_run_id: int,
     map_count: int | None,
     now_db: Any,

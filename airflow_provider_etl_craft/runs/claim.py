@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
+from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.schema import require_current
 from airflow_provider_etl_craft.errors import MetadataError
 from airflow_provider_etl_craft.runs.counts import clean_text
@@ -65,7 +65,7 @@ class Claim(Transition):
         return outcome
 
     def _lenient(
-        self, cur: Any, pipeline_id: int, code: str, task_codes: Collection[str], where: str
+        self, cur: Cursor, pipeline_id: int, code: str, task_codes: Collection[str], where: str
     ) -> tuple[str, ...]:
         """Compare the DAG's task codes with the active ``CFG_TASKS``; return the lenient ones (one query).
 
@@ -89,7 +89,7 @@ class Claim(Transition):
             )
         return tuple(sorted(c for c, lenient in rows if lenient))
 
-    def _claim_run(self, cur: Any, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
+    def _claim_run(self, cur: Cursor, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
         rows = [
             self.run_row(r) for r in self.exec(cur, _CANDIDATES, (pipeline_id, identity.run_key)).fetchall()
         ]
@@ -114,7 +114,7 @@ class Claim(Transition):
             return ClaimOutcome("REOPENED", mine.pipeline_run_id)
         return self._judged_insert(cur, pipeline_id, code, identity)
 
-    def _judged_insert(self, cur: Any, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
+    def _judged_insert(self, cur: Cursor, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
         """A new run, IN-PROGRESS or SKIPPED as the pipeline's dependencies decide (nothing while they wait)."""
         edges = self.gates.pipeline_edges(cur, pipeline_id)
         if not edges:
@@ -130,7 +130,7 @@ class Claim(Transition):
 
     def _insert_run(
         self,
-        cur: Any,
+        cur: Cursor,
         pipeline_id: int,
         identity: RunIdentity,
         status: str,
@@ -140,7 +140,7 @@ class Claim(Transition):
         now_db = self.now()[1]
         run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
         end, by, kind = (now_db, *ended_by) if status != "IN-PROGRESS" and ended_by else (None, None, None)
-        (run_id,) = self.exec(
+        run_id = self.returning(
             cur,
             "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, END_DATE, STATUS, RUN_DATE, BACKFILL, "
             "RUN_KEY, TRIGGER_KIND, OWNER_ID, STARTED_BY, STARTED_BY_KIND, ENDED_BY, ENDED_BY_KIND) "
@@ -159,7 +159,7 @@ class Claim(Transition):
                 by,
                 kind,
             ),
-        ).fetchone()
+        )
         return int(run_id)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, fields, replace
 from typing import Any
 
 from airflow_provider_etl_craft.errors import TaskFailedError
@@ -62,7 +62,7 @@ class TaskCounts:
                 c for c in (counts.insert_count, counts.update_count, counts.delete_count) if c is not None
             ]
             if parts:
-                counts = cls(*astuple(counts)[:5], rows_written=sum(parts))
+                counts = replace(counts, rows_written=sum(parts))
         return counts
 
     def values(self) -> tuple[int | None, ...]:

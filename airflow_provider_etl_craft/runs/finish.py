@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.errors import RunStateError
 from airflow_provider_etl_craft.runs.attempts import settle_mapped
 from airflow_provider_etl_craft.runs.identity import RunIdentity
@@ -77,7 +78,7 @@ class FinishRun(Transition):
         return replace(outcome, failed=_sorted(failed), sla_status=sla)
 
     def _close_run(
-        self, cur: Any, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any
+        self, cur: Cursor, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any
     ) -> None:
         """Write the run's end (a repair raises OUTPUT_REVISION) and, on SUCCESS, what it consumed."""
         revision = run.output_revision + (1 if run.repair_pending == "Y" else 0)
@@ -93,7 +94,7 @@ class FinishRun(Transition):
 
     def _task_statuses(
         self,
-        cur: Any,
+        cur: Cursor,
         run: RunRow,
         identity: RunIdentity,
         airflow_states: Mapping[str, str | None],
@@ -123,7 +124,7 @@ class FinishRun(Transition):
             statuses.append((task_code, handler, status))
         return statuses, skipped
 
-    def _close_lost(self, cur: Any, pipeline_run_id: int, now_db: Any) -> list[str]:
+    def _close_lost(self, cur: Cursor, pipeline_run_id: int, now_db: Any) -> list[str]:
         """Close attempts a killed worker left live as LOST, their task runs FAILED; returns the task codes."""
         lost = self.exec(
             cur,
@@ -149,17 +150,17 @@ class FinishRun(Transition):
         ).fetchall()
         return [r[0] for r in failed]
 
-    def _insert_task_run(self, cur: Any, task_id: int, pipeline_run_id: int, now_db: Any) -> int:
-        (task_run_id,) = self.exec(
+    def _insert_task_run(self, cur: Cursor, task_id: int, pipeline_run_id: int, now_db: Any) -> int:
+        task_run_id = self.returning(
             cur,
             "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
             "VALUES (?, ?, ?, 'IN-PROGRESS', 0) RETURNING TASK_RUN_ID",
             (task_id, pipeline_run_id, now_db),
-        ).fetchone()
+        )
         return int(task_run_id)
 
     def _record_unrun(
-        self, cur: Any, run: RunRow, task_id: int, state: str | None, identity: RunIdentity, now_db: Any
+        self, cur: Cursor, run: RunRow, task_id: int, state: str | None, identity: RunIdentity, now_db: Any
     ) -> str:
         """A task of the DAG that recorded no attempt: recorded as Airflow saw it; returns its status."""
         if state == "success":
@@ -183,7 +184,7 @@ class FinishRun(Transition):
 
     def _follow_mark(
         self,
-        cur: Any,
+        cur: Cursor,
         run: RunRow,
         task: tuple[int, int],
         status: str,

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.runs.counts import clean_text
 
@@ -178,13 +179,13 @@ class Gates:
     def __init__(self, engine: EngineDialect) -> None:
         self.engine = engine
 
-    def _rows(self, cur: Any, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def _rows(self, cur: Cursor, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         cur.execute(self.engine.sql(sql), params)
         return list(cur.fetchall())
 
     # -- what the edges are ------------------------------------------------------------------------------
 
-    def pipeline_edges(self, cur: Any, pipeline_id: int) -> list[Edge]:
+    def pipeline_edges(self, cur: Cursor, pipeline_id: int) -> list[Edge]:
         return [
             Edge("pipeline", int(r[0]), r[1], r[2] == "Y", int(r[3]), r[4])
             for r in self._rows(
@@ -196,7 +197,7 @@ class Gates:
             )
         ]
 
-    def task_edges(self, cur: Any, pipeline_id: int, task_id: int) -> list[Edge]:
+    def task_edges(self, cur: Cursor, pipeline_id: int, task_id: int) -> list[Edge]:
         return [
             Edge(
                 "task",
@@ -220,7 +221,7 @@ class Gates:
             )
         ]
 
-    def active_tasks(self, cur: Any, pipeline_id: int) -> list[tuple[str, bool]]:
+    def active_tasks(self, cur: Cursor, pipeline_id: int) -> list[tuple[str, bool]]:
         """The pipeline's active task codes, each with whether it is *lenient*: its gate may pass although an
         upstream failed or was skipped (a FAILURE or ALWAYS dependency, or an ANY / N run condition), so
         Airflow must be told to start it anyway (a trigger rule other than ``all_success``)."""
@@ -237,7 +238,7 @@ class Gates:
 
     # -- what the edges see ------------------------------------------------------------------------------
 
-    def observe_latest(self, cur: Any, edge: Edge) -> Observed:
+    def observe_latest(self, cur: Cursor, edge: Edge) -> Observed:
         """The upstream pipeline's latest finished non-backfill run, if newer than the edge's last consumption."""
         up = edge.upstream_pipeline_code
         running = self._running(cur, edge)
@@ -279,7 +280,7 @@ class Gates:
             None if rows is None else int(rows),
         )
 
-    def _running(self, cur: Any, edge: Edge) -> Observed | None:
+    def _running(self, cur: Cursor, edge: Edge) -> Observed | None:
         """The upstream pipeline's IN-PROGRESS non-backfill run, if any (the edge waits for it)."""
         running = self._rows(
             cur,
@@ -295,7 +296,7 @@ class Gates:
             "IN-PROGRESS", f"{where} ({key or 'started outside Airflow'}, IN-PROGRESS)", int(run_id)
         )
 
-    def _consumed_already(self, cur: Any, edge: Edge, run_id: int, revision: int) -> Observed | None:
+    def _consumed_already(self, cur: Cursor, edge: Edge, run_id: int, revision: int) -> Observed | None:
         """The upstream's latest finished run (and revision) was consumed by this edge already: nothing new."""
         consumed = self._rows(cur, _LAST_CONSUMED[edge.kind], (edge.dependency_id,))
         if not consumed:
@@ -311,7 +312,7 @@ class Gates:
         )
 
     def observe_same_run(
-        self, cur: Any, edge: Edge, pipeline_run_id: int, airflow_states: UpstreamStates | None
+        self, cur: Cursor, edge: Edge, pipeline_run_id: int, airflow_states: UpstreamStates | None
     ) -> Observed:
         """The upstream task's row in the current run; before it has one, Airflow's state of that task."""
         code = edge.upstream_task_code or ""
@@ -360,7 +361,7 @@ class Gates:
     # -- what is written ---------------------------------------------------------------------------------
 
     def record(
-        self, cur: Any, verdict: GateVerdict, pipeline_run_id: int, attempt_id: int | None, now_db: Any
+        self, cur: Cursor, verdict: GateVerdict, pipeline_run_id: int, attempt_id: int | None, now_db: Any
     ) -> None:
         """One ``AUD_GATE_DECISIONS`` row per decided edge."""
         for v in verdict.decided:
@@ -379,7 +380,7 @@ class Gates:
                 ),
             )
 
-    def consume_run(self, cur: Any, pipeline_run_id: int, now_db: Any) -> None:
+    def consume_run(self, cur: Cursor, pipeline_run_id: int, now_db: Any) -> None:
         """A run that succeeded consumes the upstream runs its SATISFIED pipeline-edge decisions selected."""
         cur.execute(
             self.engine.sql(
@@ -395,7 +396,7 @@ class Gates:
             (now_db, pipeline_run_id),
         )
 
-    def consume_attempt(self, cur: Any, attempt_id: int, now_db: Any) -> None:
+    def consume_attempt(self, cur: Cursor, attempt_id: int, now_db: Any) -> None:
         """An attempt that succeeded consumes what its SATISFIED cross-pipeline task-edge decisions selected."""
         cur.execute(
             self.engine.sql(

@@ -10,8 +10,9 @@ logic of its own and no Airflow imports.
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
+from airflow_provider_etl_craft.engine.dbapi import Connection
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.runs.attempts import EndAttempt, ParkAttempt
 from airflow_provider_etl_craft.runs.claim import Abandon, Claim
@@ -48,7 +49,7 @@ class RunLifecycle:
     """
 
     def __init__(
-        self, engine: EngineDialect, conn: Any, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+        self, engine: EngineDialect, conn: Connection, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
     ) -> None:
         self.engine = engine
         self.conn = conn

@@ -27,12 +27,12 @@ class OpenPause(Transition):
                     f"{current.describe(pipeline_code)}; resume it first (etl-craft-airflow resume)"
                 )
             try:
-                (pause_id,) = self.exec(
+                pause_id = self.returning(
                     cur,
                     "INSERT INTO AUD_PIPELINE_PAUSES (PIPELINE_ID, PAUSED_AT, PAUSED_BY, PAUSED_BY_KIND, REASON) "
                     "VALUES (?, ?, ?, ?, ?) RETURNING PIPELINE_PAUSE_ID",
                     (pipeline_id, self.now()[1], clean_text(by), by_kind, clean_text(reason)),
-                ).fetchone()
+                )
             except self.engine.integrity_error() as exc:
                 raise self.conflict(exc, f"pausing {pipeline_code}") from None
         return int(pause_id)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_etl_craft.engine.dbapi import Connection
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.schema import require_current
 from airflow_provider_etl_craft.errors import MetadataError
@@ -151,7 +152,7 @@ class RunQueries:
     :param conn: a connection from ``engine.connect()``.
     """
 
-    def __init__(self, engine: EngineDialect, conn: Any) -> None:
+    def __init__(self, engine: EngineDialect, conn: Connection) -> None:
         self.engine = engine
         self.conn = conn
 
@@ -215,6 +216,40 @@ class RunQueries:
         t = self.engine.from_db_time
         ids = [r.pipeline_run_id for r in runs]
         span = (code, min(ids), max(ids))
+        attempts = self._attempts(span)
+        tasks: dict[int, list[TaskRunInfo]] = {}
+        for row in self._rows(_TASK_RUNS, span):
+            run_id, trid, task_code, status, attempt_count = row[:5]
+            source, target, inserted, updated, deleted, written = (
+                None if c is None else int(c) for c in row[5:11]
+            )
+            start, end, error, log = row[11:]
+            tasks.setdefault(int(run_id), []).append(
+                TaskRunInfo(
+                    int(trid),
+                    task_code,
+                    status,
+                    int(attempt_count),
+                    source,
+                    target,
+                    inserted,
+                    updated,
+                    deleted,
+                    written,
+                    t(start),
+                    t(end),
+                    error,
+                    log,
+                    tuple(attempts.get(int(trid), ())),
+                )
+            )
+        # Runs of other pipelines inside the id range were filtered out by code; newer runs of this one
+        # (started between the queries) are dropped here.
+        return [r.with_task_runs(tuple(tasks.get(r.pipeline_run_id, ()))) for r in runs]
+
+    def _attempts(self, span: tuple[str, int, int]) -> dict[int, list[AttemptInfo]]:
+        """The attempts of the task runs in ``span`` (pipeline code, first and last run id), by task run."""
+        t = self.engine.from_db_time
         attempts: dict[int, list[AttemptInfo]] = {}
         for task_run_id, aid, index, number, status, host, pid, started, ended, error in self._rows(
             _ATTEMPTS, span
@@ -232,24 +267,4 @@ class RunQueries:
                     error,
                 )
             )
-        tasks: dict[int, list[TaskRunInfo]] = {}
-        for row in self._rows(_TASK_RUNS, span):
-            run_id, trid, task_code, status, attempt_count, *counts = row[:11]
-            start, end, error, log = row[11:]
-            tasks.setdefault(int(run_id), []).append(
-                TaskRunInfo(
-                    int(trid),
-                    task_code,
-                    status,
-                    int(attempt_count),
-                    *(None if c is None else int(c) for c in counts),
-                    t(start),
-                    t(end),
-                    error,
-                    log,
-                    tuple(attempts.get(int(trid), ())),
-                )
-            )
-        # Runs of other pipelines inside the id range were filtered out by code; newer runs of this one
-        # (started between the queries) are dropped here.
-        return [r.with_task_runs(tuple(tasks.get(r.pipeline_run_id, ()))) for r in runs]
+        return attempts

@@ -7,8 +7,9 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
+from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError
 from airflow_provider_etl_craft.runs.attempts import settle_mapped
 from airflow_provider_etl_craft.runs.counts import clean_text
@@ -259,7 +260,7 @@ class StartAttempt(Transition):
             ).fetchone()
         return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)
 
-    def _context(self, cur: Any, attempt: Try, number: int) -> _Context:
+    def _context(self, cur: Cursor, attempt: Try, number: int) -> _Context:
         """Read what the start decides on.
 
         :raises _RunEnded: the keyed run is not IN-PROGRESS (nothing written).
@@ -289,7 +290,7 @@ class StartAttempt(Transition):
             int(live) > 0,
         )
 
-    def _judge(self, cur: Any, attempt: Try, context: _Context) -> GateVerdict | None:
+    def _judge(self, cur: Cursor, attempt: Try, context: _Context) -> GateVerdict | None:
         """The pause and the task's dependencies (SPEC §10); None: the task has none.
 
         :raises GateWaiting: the pipeline is paused, or an upstream is still IN-PROGRESS.
@@ -315,7 +316,7 @@ class StartAttempt(Transition):
 
     def _write(
         self,
-        cur: Any,
+        cur: Cursor,
         attempt: Try,
         number: int,
         note: str | None,
@@ -327,14 +328,14 @@ class StartAttempt(Transition):
         run, now_db = context.run, self.now()[1]
         if context.earlier_live:
             self._close_earlier(cur, attempt, number, context, now_db)
-        (task_run_id,) = self.exec(
+        task_run_id = self.returning(
             cur,
             "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
             "VALUES (?, ?, ?, 'IN-PROGRESS', 1) ON CONFLICT (TASK_ID, PIPELINE_RUN_ID) DO UPDATE SET "
             "STATUS = 'IN-PROGRESS', END_DATE = NULL, ERROR_MESSAGE = NULL, "
             "ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 RETURNING TASK_RUN_ID",
             (context.task_id, run.pipeline_run_id, now_db),
-        ).fetchone()
+        )
         unsatisfied = verdict is not None and verdict.result == UNSATISFIED
         skip = clean_text(f"{SKIP_NOTE}{verdict.reason}") if verdict is not None and unsatisfied else None
         handle = self._insert_attempt(
@@ -356,7 +357,7 @@ class StartAttempt(Transition):
             settle_mapped(self, cur, int(task_run_id), None, now_db)
         return handle, GateSkipped(f"task {attempt.task_code} {skip}")
 
-    def _close_earlier(self, cur: Any, attempt: Try, number: int, context: _Context, now_db: Any) -> None:
+    def _close_earlier(self, cur: Cursor, attempt: Try, number: int, context: _Context, now_db: Any) -> None:
         """An earlier try's worker died without recording: close its attempt LOST."""
         lost = (
             f"lost: Airflow started try {attempt.try_number} while this attempt was still live (its worker "
@@ -372,7 +373,7 @@ class StartAttempt(Transition):
 
     def _insert_attempt(
         self,
-        cur: Any,
+        cur: Cursor,
         attempt: Try,
         number: int,
         task_run_id: int,
@@ -386,7 +387,7 @@ class StartAttempt(Transition):
         worker = (socket.gethostname(), os.getpid(), attempt.log_path)
         requested = (attempt.identity.actor, attempt.identity.actor_kind)
         status = "CANCELLED" if ended else "RUNNING"
-        (attempt_id,) = self.exec(
+        attempt_id = self.returning(
             cur,
             "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS, OWNER_ID, CLAIMED_AT, "
             "STARTED_AT, HEARTBEAT_AT, ENDED_AT, HOST, PID, LOG_PATH, TASK_LOG, ERROR_MESSAGE, REQUESTED_BY, "
@@ -402,7 +403,7 @@ class StartAttempt(Transition):
                 *log_and_error,
                 *requested,
             ),
-        ).fetchone()
+        )
         return AttemptHandle(
             run.pipeline_run_id,
             task_run_id,
@@ -414,15 +415,15 @@ class StartAttempt(Transition):
             attempt.map_index,
         )
 
-    def _explain_missing(self, cur: Any, attempt: Try) -> None:
+    def _explain_missing(self, cur: Cursor, attempt: Try) -> NoReturn:
         """:raises MetadataError: the task is not active. :raises RunStateError: the claim did not run."""
         code, task_code = attempt.pipeline_code, attempt.task_code
         pipeline_id, _ = self.active_pipeline(cur, code)
-        found = self.exec(
+        found = self.returning(
             cur,
             "SELECT COUNT(*) FROM CFG_TASKS WHERE PIPELINE_ID = ? AND TASK_CODE = ? AND ACTIVE_FLAG = 'Y'",
             (pipeline_id, task_code),
-        ).fetchone()[0]
+        )
         if not found:
             raise MetadataError(
                 f"task {task_code} is not an active task of pipeline {code} in CFG_TASKS of the Engine DB "

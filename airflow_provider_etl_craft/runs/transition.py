@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.errors import MetadataError, StaleTransitionError
@@ -31,7 +32,9 @@ class Transition:
     :param lock_timeout: seconds to wait for ``pipeline:<code>`` locks.
     """
 
-    def __init__(self, engine: EngineDialect, conn: Any, lock_timeout: float | None, gates: Gates) -> None:
+    def __init__(
+        self, engine: EngineDialect, conn: Connection, lock_timeout: float | None, gates: Gates
+    ) -> None:
         self.engine = engine
         self.conn = conn
         self.lock_timeout = lock_timeout
@@ -43,9 +46,15 @@ class Transition:
             self.conn, lock=pipeline_lock(pipeline_code), lock_timeout=self.lock_timeout
         )
 
-    def exec(self, cur: Any, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    def exec(self, cur: Cursor, sql: str, params: tuple[Any, ...] = ()) -> Cursor:
         cur.execute(self.engine.sql(sql), params)
         return cur
+
+    def returning(self, cur: Cursor, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        """The first column of the one row an ``INSERT … RETURNING`` (or an aggregate) gives back."""
+        row = self.exec(cur, sql, params).fetchone()
+        assert row is not None, "a statement that returns one row returned none"
+        return row[0]
 
     def now(self) -> tuple[datetime, Any]:
         """The current time, and as the database stores it."""
@@ -55,7 +64,7 @@ class Transition:
     def run_row(self, row: tuple[Any, ...]) -> RunRow:
         return RunRow.from_db(self.engine, row)
 
-    def active_pipeline(self, cur: Any, code: str) -> tuple[int, float | None]:
+    def active_pipeline(self, cur: Cursor, code: str) -> tuple[int, float | None]:
         """``(PIPELINE_ID, SLA_IN_HOURS)`` of the active pipeline ``code``.
 
         :raises MetadataError: no active row has this code (says whether it is retired or unknown).
@@ -66,23 +75,23 @@ class Transition:
             (code,),
         ).fetchone()
         if row is None:
-            retired = self.exec(
+            retired = self.returning(
                 cur, "SELECT COUNT(*) FROM CFG_PIPELINES WHERE PIPELINE_CODE = ?", (code,)
-            ).fetchone()
-            state = "is retired (ACTIVE_FLAG='N')" if retired[0] else "does not exist"
+            )
+            state = "is retired (ACTIVE_FLAG='N')" if retired else "does not exist"
             raise MetadataError(
                 f"pipeline {code} {state} in CFG_PIPELINES of the Engine DB {self.engine.describe()}; add or "
                 "re-activate it through a project migration, or fix pipeline_code"
             )
         return int(row[0]), (None if row[1] is None else float(row[1]))
 
-    def open_pause(self, cur: Any, pipeline_id: int) -> Pause | None:
+    def open_pause(self, cur: Cursor, pipeline_id: int) -> Pause | None:
         row = self.exec(cur, Pause.OPEN, (pipeline_id,)).fetchone()
         return None if row is None else Pause.from_db(self.engine, row)
 
     def intervention(
         self,
-        cur: Any,
+        cur: Cursor,
         run: RunRow,
         action: str,
         change: tuple[str | None, str | None],
@@ -111,7 +120,7 @@ class Transition:
         )
 
     def reopen(
-        self, cur: Any, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None
+        self, cur: Cursor, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None
     ) -> None:
         """Put an ended run back IN-PROGRESS with REPAIR_PENDING='Y' and a REOPEN intervention.
 

@@ -65,7 +65,7 @@ class EngineDialect(ABC, Generic[ConnT]):
     # transaction. Each returns None where the dialect has no such form; the lifecycle then takes its one
     # transaction form, which is also what decides every case the single statement leaves alone.
 
-    def start_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    def start_attempt_at_once(self, conn: ConnT, params: Sequence[Any]) -> Row | None:
         """Open attempt and task run when nothing needs judging; ``(ATTEMPT_ID, TASK_RUN_ID, PIPELINE_RUN_ID)``.
 
         ``params``: task code, run key, pipeline code, now, attempt number, owner, claimed/started/heartbeat
@@ -73,7 +73,7 @@ class EngineDialect(ABC, Generic[ConnT]):
         """
         return None
 
-    def end_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> int | None:
+    def end_attempt_at_once(self, conn: ConnT, params: Sequence[Any]) -> int | None:
         """End a live attempt and copy it to its task run; the number of task runs updated (0: not live).
 
         ``params``: attempt status, ended, heartbeat, six counts, error; attempt id, owner; task-run status,

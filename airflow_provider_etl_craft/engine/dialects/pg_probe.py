@@ -37,8 +37,15 @@ class ServerAnswer:
     tls_error: str | None = None
 
 
-def ask(host: str, port: int, database: str, user: str | None, startup: dict[str, str],
-        settings: dict[str, str], timeout: float) -> ServerAnswer:  # fmt: skip
+def ask(
+    host: str,
+    port: int,
+    database: str,
+    user: str | None,
+    startup: dict[str, str],
+    settings: dict[str, str],
+    timeout: float,
+) -> ServerAnswer:
     """Ask ``host:port`` for a session as libpq would (see the module docstring)."""
     try:
         sock: socket.socket = socket.create_connection((host, port), timeout=timeout)
@@ -69,8 +76,11 @@ def ask(host: str, port: int, database: str, user: str | None, startup: dict[str
         sock.close()
     if kind != b"E":
         return ServerAnswer(reachable=True)  # an authentication request (or another message): not a refusal
-    fields = {chunk[:1].decode("ascii", "replace"): chunk[1:].decode("utf-8", "replace")
-              for chunk in body.split(b"\0") if chunk}  # fmt: skip
+    fields = {
+        chunk[:1].decode("ascii", "replace"): chunk[1:].decode("utf-8", "replace")
+        for chunk in body.split(b"\0")
+        if chunk
+    }
     return ServerAnswer(reachable=True, sqlstate=fields.get("C"), message=fields.get("M"))
 
 

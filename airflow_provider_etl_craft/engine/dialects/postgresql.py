@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import locks
-from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver
+from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver, Row
 from airflow_provider_etl_craft.engine.dialects import pg_probe
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
 from airflow_provider_etl_craft.engine.url import PostgresTarget
@@ -373,11 +373,11 @@ class PostgresDialect(EngineDialect[PgConnection]):
     def execute_script(self, cursor: Cursor, text: str) -> None:
         cursor.execute(text)
 
-    def start_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    def start_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> Row | None:
         rows = self.execute(conn, _START_ATTEMPT, params).rows
         return rows[0] if rows else None
 
-    def end_attempt_at_once(self, conn: Any, params: Sequence[Any]) -> int | None:
+    def end_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> int | None:
         return self.execute(conn, _END_ATTEMPT, params).rowcount
 
     def table_names_query(self) -> tuple[str, tuple[Any, ...]]:

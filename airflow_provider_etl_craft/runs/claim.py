@@ -49,7 +49,7 @@ class Claim(Transition):
         require_current(self.engine, self.conn)
         try:
             with self.locked(pipeline_code) as cur:
-                pipeline_id, _ = self.active_pipeline(cur, pipeline_code)
+                pipeline_id = self.active_pipeline(cur, pipeline_code)
                 lenient = (
                     ()
                     if task_codes is None

@@ -20,7 +20,7 @@ class OpenPause(Transition):
         :raises RunStateError: the pipeline is paused already (one open pause per pipeline).
         """
         with self.engine.transaction(self.conn) as cur:
-            pipeline_id, _ = self.active_pipeline(cur, pipeline_code)
+            pipeline_id = self.active_pipeline(cur, pipeline_code)
             current = self.open_pause(cur, pipeline_id)
             if current is not None:
                 raise RunStateError(
@@ -47,7 +47,7 @@ class EndPause(Transition):
         :raises RunStateError: the pipeline is not paused.
         """
         with self.engine.transaction(self.conn) as cur:
-            pipeline_id, _ = self.active_pipeline(cur, pipeline_code)
+            pipeline_id = self.active_pipeline(cur, pipeline_code)
             current = self.open_pause(cur, pipeline_id)
             if current is None:
                 raise RunStateError(f"pipeline {pipeline_code} is not paused; nothing to resume")

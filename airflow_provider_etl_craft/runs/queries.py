@@ -17,7 +17,7 @@ from airflow_provider_etl_craft.engine.dbapi import Connection
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.schema import require_current
 from airflow_provider_etl_craft.errors import MetadataError
-from airflow_provider_etl_craft.runs.records import Pause
+from airflow_provider_etl_craft.runs.records import Pause, Pipeline
 
 #: Order of the task statuses in a run's summary ("3 SUCCESS, 1 SKIPPED"); others follow alphabetically.
 STATUS_ORDER = ("IN-PROGRESS", "SUCCESS", "FAILED", "SKIPPED", "CANCELLED")
@@ -52,15 +52,6 @@ _ATTEMPTS = (
     "WHERE p.PIPELINE_CODE = ? AND tr.PIPELINE_RUN_ID BETWEEN ? AND ? "
     "ORDER BY a.TASK_RUN_ID, COALESCE(a.MAP_INDEX, -1), a.ATTEMPT_NUMBER"
 )
-
-
-@dataclass(frozen=True)
-class PipelineInfo:
-    pipeline_id: int
-    pipeline_code: str
-    pipeline_name: str | None
-    active_flag: str
-    sla_in_hours: float | None
 
 
 @dataclass(frozen=True)
@@ -164,16 +155,12 @@ class RunQueries:
         :raises ConfigurationError: the role may not use the Engine schema (names the GRANT)."""
         require_current(self.engine, self.conn)
 
-    def pipeline(self, code: str) -> PipelineInfo:
+    def pipeline(self, code: str) -> Pipeline:
         """The active ``CFG_PIPELINES`` row of ``code``, else its newest retired row.
 
         :raises MetadataError: no row has this code; the message suggests close codes.
         """
-        rows = self._rows(
-            "SELECT PIPELINE_ID, PIPELINE_CODE, PIPELINE_NAME, ACTIVE_FLAG, SLA_IN_HOURS FROM CFG_PIPELINES "
-            "WHERE PIPELINE_CODE = ? ORDER BY CASE WHEN ACTIVE_FLAG = 'Y' THEN 0 ELSE 1 END, PIPELINE_ID DESC LIMIT 1",
-            (code,),
-        )
+        rows = self._rows(Pipeline.BY_CODE, (code,))
         if not rows:
             known = {
                 r[0].lower(): r[0] for r in self._rows("SELECT DISTINCT PIPELINE_CODE FROM CFG_PIPELINES")
@@ -184,8 +171,7 @@ class RunQueries:
                 f"pipeline {code} does not exist in CFG_PIPELINES of the Engine DB {self.engine.describe()}; "
                 f"fix --pipeline, or add the pipeline through a project migration{hint}"
             )
-        pid, pcode, name, flag, sla = rows[0]
-        return PipelineInfo(int(pid), pcode, name, flag, None if sla is None else float(sla))
+        return Pipeline.from_db(rows[0])
 
     def open_pause(self, pipeline_id: int) -> Pause | None:
         """The pipeline's open pause, if any (the schema allows at most one)."""

@@ -32,6 +32,28 @@ SKIP_NOTE = "skipped: "
 
 
 @dataclass(frozen=True)
+class Pipeline:
+    """A ``CFG_PIPELINES`` row: the active one of a code, else its newest retired one."""
+
+    #: The row of a pipeline code (active first, else the newest retired); parameter: PIPELINE_CODE.
+    BY_CODE: ClassVar[str] = (
+        "SELECT PIPELINE_ID, PIPELINE_CODE, PIPELINE_NAME, ACTIVE_FLAG, SLA_IN_HOURS FROM CFG_PIPELINES "
+        "WHERE PIPELINE_CODE = ? ORDER BY CASE WHEN ACTIVE_FLAG = 'Y' THEN 0 ELSE 1 END, PIPELINE_ID DESC LIMIT 1"
+    )
+
+    pipeline_id: int
+    pipeline_code: str
+    pipeline_name: str | None
+    active_flag: str
+    sla_in_hours: float | None
+
+    @classmethod
+    def from_db(cls, row: Sequence[Any]) -> Pipeline:
+        sla = row[4]
+        return cls(int(row[0]), row[1], row[2], row[3], None if sla is None else float(sla))
+
+
+@dataclass(frozen=True)
 class RunRow:
     """The columns of an ``AUD_PIPELINES_RUN_LOG`` row the lifecycle decides on."""
 

@@ -418,7 +418,7 @@ class StartAttempt(Transition):
     def _explain_missing(self, cur: Cursor, attempt: Try) -> NoReturn:
         """:raises MetadataError: the task is not active. :raises RunStateError: the claim did not run."""
         code, task_code = attempt.pipeline_code, attempt.task_code
-        pipeline_id, _ = self.active_pipeline(cur, code)
+        pipeline_id = self.active_pipeline(cur, code)
         found = self.returning(
             cur,
             "SELECT COUNT(*) FROM CFG_TASKS WHERE PIPELINE_ID = ? AND TASK_CODE = ? AND ACTIVE_FLAG = 'Y'",

@@ -21,7 +21,7 @@ from airflow_provider_etl_craft.errors import MetadataError, StaleTransitionErro
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import Gates
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-from airflow_provider_etl_craft.runs.records import Pause, RunRow
+from airflow_provider_etl_craft.runs.records import Pause, Pipeline, RunRow
 
 
 class Transition:
@@ -64,26 +64,19 @@ class Transition:
     def run_row(self, row: tuple[Any, ...]) -> RunRow:
         return RunRow.from_db(self.engine, row)
 
-    def active_pipeline(self, cur: Cursor, code: str) -> tuple[int, float | None]:
-        """``(PIPELINE_ID, SLA_IN_HOURS)`` of the active pipeline ``code``.
+    def active_pipeline(self, cur: Cursor, code: str) -> int:
+        """``PIPELINE_ID`` of the active pipeline ``code``.
 
         :raises MetadataError: no active row has this code (says whether it is retired or unknown).
         """
-        row = self.exec(
-            cur,
-            "SELECT PIPELINE_ID, SLA_IN_HOURS FROM CFG_PIPELINES WHERE PIPELINE_CODE = ? AND ACTIVE_FLAG = 'Y'",
-            (code,),
-        ).fetchone()
-        if row is None:
-            retired = self.returning(
-                cur, "SELECT COUNT(*) FROM CFG_PIPELINES WHERE PIPELINE_CODE = ?", (code,)
-            )
-            state = "is retired (ACTIVE_FLAG='N')" if retired else "does not exist"
-            raise MetadataError(
-                f"pipeline {code} {state} in CFG_PIPELINES of the Engine DB {self.engine.describe()}; add or "
-                "re-activate it through a project migration, or fix pipeline_code"
-            )
-        return int(row[0]), (None if row[1] is None else float(row[1]))
+        row = self.exec(cur, Pipeline.BY_CODE, (code,)).fetchone()
+        if row is not None and row[3] == "Y":
+            return int(row[0])
+        state = "does not exist" if row is None else "is retired (ACTIVE_FLAG='N')"
+        raise MetadataError(
+            f"pipeline {code} {state} in CFG_PIPELINES of the Engine DB {self.engine.describe()}; add or "
+            "re-activate it through a project migration, or fix pipeline_code"
+        )
 
     def open_pause(self, cur: Cursor, pipeline_id: int) -> Pause | None:
         row = self.exec(cur, Pause.OPEN, (pipeline_id,)).fetchone()

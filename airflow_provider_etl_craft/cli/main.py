@@ -13,11 +13,12 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from airflow_provider_etl_craft import __version__, _compat
+from airflow_provider_etl_craft import __version__
 from airflow_provider_etl_craft.cli.tables import format_table
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from airflow_provider_etl_craft.runs.queries import RunQueries, as_json
+from airflow_provider_etl_craft.runs import commands
+from airflow_provider_etl_craft.runs.queries import MAX_LIMIT
 
 Command = Callable[[EngineDBHook, argparse.Namespace, TextIO], int]
 
@@ -105,6 +106,10 @@ def _stage(name: str) -> Iterator[None]:
 # -- status and history ------------------------------------------------------------------------------
 
 #: Table columns: header and key in the JSON document (the table shows the same, masked values).
+PIPELINE_COLUMNS = (("PIPELINE_CODE", "pipeline_code"), ("PIPELINE_NAME", "pipeline_name"),
+                    ("ACTIVE_FLAG", "active_flag"), ("SLA_IN_HOURS", "sla_in_hours"), ("PAUSED", "paused"),
+                    ("LATEST_RUN_ID", "latest_run_id"), ("LATEST_STATUS", "latest_status"),
+                    ("LATEST_SLA", "latest_sla"))  # fmt: skip
 RUN_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("STATUS", "status"), ("RUN_KEY", "run_key"),
                ("RUN_DATE", "run_date"), ("START_DATE", "start_date"), ("END_DATE", "end_date"),
                ("SLA_STATUS", "sla_status"), ("OUTPUT_REVISION", "output_revision"),
@@ -116,62 +121,79 @@ TASK_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code
 ATTEMPT_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code"), ("MAP_INDEX", "map_index"),
                    ("ATTEMPT_NUMBER", "attempt_number"), ("STATUS", "status"), ("HOST", "host"), ("PID", "pid"),
                    ("STARTED_AT", "started_at"), ("ENDED_AT", "ended_at"), ("ERROR_MESSAGE", "error_message"))  # fmt: skip
-#: Only error messages are shortened in tables (``--format json`` has them whole).
-CELL_WIDTHS = {"ERROR_MESSAGE": 60}
+GATE_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code"),
+                ("DEPENDS_ON_PIPELINE", "depends_on_pipeline_code"), ("DEPENDS_ON_TASK", "depends_on_task_code"),
+                ("RESULT", "result"), ("REASON", "reason"), ("DECIDED_AT", "decided_at"))  # fmt: skip
+INTERVENTION_COLUMNS = (("PIPELINE_RUN_ID", "pipeline_run_id"), ("TASK_CODE", "task_code"), ("ACTION", "action"),
+                        ("FROM_STATUS", "from_status"), ("TO_STATUS", "to_status"), ("REASON", "reason"),
+                        ("REQUESTED_BY", "requested_by"), ("REQUESTED_AT", "requested_at"))  # fmt: skip
+#: Only error messages and reasons are shortened in tables (``--format json`` has them whole).
+CELL_WIDTHS = {"ERROR_MESSAGE": 60, "REASON": 60}
 
 
-@contextmanager
-def _run_queries(hook: EngineDBHook) -> Iterator[RunQueries]:
-    with closing(hook.get_conn()) as conn:
-        queries = RunQueries(hook.engine, conn)
-        queries.check_tables()
-        yield queries
+def _pipelines(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    """Every pipeline with its open pause and newest run."""
+    doc = commands.pipelines(hook)
+    if args.format == "json":
+        return _print_json(doc, out)
+    rows = [
+        {
+            **p,
+            "paused": "yes" if p["pause"] else "no",
+            "latest_run_id": (p["latest_run"] or {}).get("pipeline_run_id"),
+            "latest_status": (p["latest_run"] or {}).get("status"),
+            "latest_sla": (p["latest_run"] or {}).get("sla_status"),
+        }
+        for p in doc["pipelines"]
+    ]
+    print(_table(PIPELINE_COLUMNS, rows) if rows else "no pipelines in CFG_PIPELINES yet", file=out)
+    return 0
 
 
 def _status(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
-    """The pipeline, its open pause, and its IN-PROGRESS run (else its latest run) with task runs and attempts."""
-    with _run_queries(hook) as queries:
-        pipeline = queries.pipeline(args.pipeline)
-        pause = queries.open_pause(pipeline.pipeline_id)
-        run = queries.current_or_latest_run(args.pipeline)
-    doc = _masked({"pipeline": as_json(pipeline), "pause": as_json(pause), "run": as_json(run)})
+    """The pipeline, its open pause, and its IN-PROGRESS run (else its latest run) with all its details."""
+    doc = commands.status(hook, args.pipeline)
     if args.format == "json":
         return _print_json(doc, out)
     print(_describe_pipeline(doc["pipeline"], doc["pause"]), file=out)
+    run = doc["run"]
     if run is None:
         print(f"no runs of pipeline {doc['pipeline']['pipeline_code']} yet", file=out)
         return 0
-    print(f"\n{'current' if run.status == 'IN-PROGRESS' else 'latest'} run", file=out)
-    _print_runs([doc["run"]], out)
+    print(f"\n{'current' if run['status'] == 'IN-PROGRESS' else 'latest'} run", file=out)
+    _print_runs([run], out)
     return 0
 
 
 def _history(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
-    """The newest ``--limit`` runs of the pipeline, newest first, then their task runs and attempts."""
-    with _run_queries(hook) as queries:
-        pipeline = queries.pipeline(args.pipeline)
-        runs = queries.recent_runs(args.pipeline, args.limit)
-    doc = _masked({"pipeline": as_json(pipeline), "runs": as_json(runs)})
+    """The newest ``--limit`` runs of the pipeline (below ``--before``), newest first, with their details."""
+    doc = commands.history(hook, args.pipeline, args.limit, args.before)
     if args.format == "json":
         return _print_json(doc, out)
     print(_describe_pipeline(doc["pipeline"], None), file=out)
+    runs = doc["runs"]
     if not runs:
         print(f"no runs of pipeline {doc['pipeline']['pipeline_code']} yet", file=out)
         return 0
     print(f"\n{len(runs)} most recent run(s), newest first (--limit {args.limit})", file=out)
-    _print_runs(doc["runs"], out)
+    _print_runs(runs, out)
+    if doc["next_before"] is not None:
+        print(f"\nolder runs: --before {doc['next_before']}", file=out)
     return 0
 
 
-def _masked(value: Any) -> Any:
-    """Every text value through Airflow's secret masker (a secret an error message echoed shows as ``***``)."""
-    if isinstance(value, str):
-        return str(_compat.redact(value))
-    if isinstance(value, list):
-        return [_masked(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _masked(v) for k, v in value.items()}
-    return value
+def _run(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    """One run by ``--id``, or the Engine run(s) of an Airflow DAG run by ``--dag-id`` and ``--run-id``."""
+    if args.id is not None:
+        doc = commands.run_by_id(hook, args.id)
+    else:
+        doc = commands.run_by_dag_run(hook, args.dag_id, args.run_id)
+    if args.format == "json":
+        return _print_json(doc, out)
+    for found in doc["runs"]:
+        print(_describe_pipeline(found["pipeline"], None), file=out)
+        _print_runs([found["run"]], out)
+    return 0
 
 
 def _print_json(doc: dict[str, Any], out: TextIO) -> int:
@@ -193,12 +215,16 @@ def _describe_pipeline(pipeline: dict[str, Any], pause: dict[str, Any] | None) -
 
 
 def _print_runs(runs: list[dict[str, Any]], out: TextIO) -> None:
-    """Runs, then all their task runs, then all their attempts: three tables joined by PIPELINE_RUN_ID."""
+    """Runs, then their task runs, attempts, gate decisions and interventions, joined by PIPELINE_RUN_ID."""
     summaries = [
         {**run, "tasks": ", ".join(f"{n} {s}" for s, n in run["task_status_counts"].items()) or None}
         for run in runs
     ]
-    tasks = [{"pipeline_run_id": run["pipeline_run_id"], **task} for run in runs for task in run["task_runs"]]
+
+    def of_runs(key: str) -> list[dict[str, Any]]:
+        return [{"pipeline_run_id": run["pipeline_run_id"], **item} for run in runs for item in run[key]]
+
+    tasks = of_runs("task_runs")
     attempts = [
         {**attempt, "pipeline_run_id": task["pipeline_run_id"], "task_code": task["task_code"]}
         for task in tasks
@@ -207,6 +233,13 @@ def _print_runs(runs: list[dict[str, Any]], out: TextIO) -> None:
     print(_table(RUN_COLUMNS, summaries), file=out)
     print(f"\ntask runs\n{_table(TASK_COLUMNS, tasks)}", file=out)
     print(f"\nattempts\n{_table(ATTEMPT_COLUMNS, attempts)}", file=out)
+    for title, columns, key in (
+        ("gate decisions", GATE_COLUMNS, "gate_decisions"),
+        ("interventions", INTERVENTION_COLUMNS, "interventions"),
+    ):
+        items = of_runs(key)
+        if items:
+            print(f"\n{title}\n{_table(columns, items)}", file=out)
 
 
 def _table(columns: Sequence[tuple[str, str]], items: list[dict[str, Any]]) -> str:
@@ -218,18 +251,19 @@ def _table(columns: Sequence[tuple[str, str]], items: list[dict[str, Any]]) -> s
 
 def _pause(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
     """Open a pause: claims skip their DAG runs, running runs start no new task, until resume."""
-    with hook.lifecycle() as lifecycle:
-        pause_id = lifecycle.pause(args.pipeline, args.reason, args.by)
-    print(f"pipeline {args.pipeline} paused by {args.by} (pause {pause_id}): {args.reason}", file=out)
+    doc = commands.pause(hook, args.pipeline, args.reason, args.by)
+    print(
+        f"pipeline {doc['pipeline_code']} paused by {doc['paused_by']} (pause {doc['pause_id']}): {doc['reason']}",
+        file=out,
+    )
     return 0
 
 
 def _resume(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
-    with hook.lifecycle() as lifecycle:
-        pause = lifecycle.resume(args.pipeline, args.reason, args.by)
+    doc = commands.resume(hook, args.pipeline, args.reason, args.by)
     print(
-        f"pipeline {args.pipeline} resumed by {args.by} (pause {pause.pause_id} by {pause.paused_by}, "
-        f"reason: {pause.reason or 'none given'})",
+        f"pipeline {doc['pipeline_code']} resumed by {doc['resumed_by']} (pause {doc['pause_id']} by "
+        f"{doc['paused_by']}, reason: {doc['reason'] or 'none given'})",
         file=out,
     )
     return 0
@@ -239,11 +273,13 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "init-db": (_init_db, "create the Engine tables (safe to repeat: an up-to-date Engine DB is left alone)"),
     "migrate": (_migrate, "init-db if needed, then apply packaged and project migrations in file-name order"),
     "check": (_check, "check settings, secrets, connection, schema, tables and pending migrations"),
+    "pipelines": (_pipelines, "list every pipeline with its open pause and newest run"),
     "status": (
         _status,
         "show a pipeline, its open pause, and its running (else latest) run with task runs and attempts",
     ),
     "history": (_history, "show a pipeline's most recent runs, newest first, with task runs and attempts"),
+    "run": (_run, "show one run by --id, or the Engine run of an Airflow DAG run by --dag-id and --run-id"),
     "pause": (_pause, "pause a pipeline: its DAG runs' claims skip, running runs start no new task"),
     "resume": (_resume, "end a pipeline's pause"),
 }
@@ -251,9 +287,10 @@ COMMANDS: dict[str, tuple[Command, str]] = {
 PAUSES = ("pause", "resume")
 #: Commands that take the migrate lock, so --lock-timeout.
 LOCKING = ("init-db", "migrate")
-#: Read-only commands: no lock, so no --lock-timeout; --pipeline and --format instead.
-RUN_VIEWS = ("status", "history")
-DEFAULT_HISTORY_LIMIT = 20
+#: Read-only commands: no lock, so no --lock-timeout; --format instead.
+RUN_VIEWS = ("pipelines", "status", "history", "run")
+DEFAULT_HISTORY_LIMIT = commands.DEFAULT_PAGE
+MAX_RUN_ID = MAX_LIMIT
 
 
 def _text(value: str) -> str:
@@ -293,9 +330,10 @@ def _at_least_one(text: str) -> int:
 
 
 def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
-    cmd.add_argument(
-        "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
-    )
+    if name in ("status", "history"):
+        cmd.add_argument(
+            "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
+        )
     cmd.add_argument(
         "--format",
         choices=("table", "json"),
@@ -310,6 +348,26 @@ def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
             metavar="N",
             help=f"how many runs to show, newest first (default {DEFAULT_HISTORY_LIMIT})",
         )
+        cmd.add_argument(
+            "--before",
+            type=_run_id,
+            default=None,
+            metavar="RUN_ID",
+            help="only runs with a lower PIPELINE_RUN_ID (the next page: history prints the value to use)",
+        )
+    if name == "run":
+        which = cmd.add_mutually_exclusive_group(required=True)
+        which.add_argument("--id", type=_run_id, metavar="RUN_ID", help="PIPELINE_RUN_ID")
+        which.add_argument("--dag-id", type=_text, metavar="DAG_ID", help="Airflow DAG id (with --run-id)")
+        cmd.add_argument("--run-id", type=_text, metavar="RUN_ID", help="Airflow DAG run id (with --dag-id)")
+
+
+def _run_id(text: str) -> int:
+    """A ``PIPELINE_RUN_ID``: a whole number from 1 to 2**63-1 (both engines' id range)."""
+    value = _at_least_one(text)
+    if value > MAX_RUN_ID:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_RUN_ID}, got {value}")
+    return value
 
 
 def _default_actor() -> str:
@@ -402,7 +460,12 @@ def _typed_path(value: str) -> str:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the CLI; returns the exit status (the console script exits with it)."""
     out, err = out or sys.stdout, err or sys.stderr
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "dag_id", None) is not None and not args.run_id:
+        parser.error("run: --dag-id needs --run-id (the Airflow DAG run id)")
+    if getattr(args, "id", None) is not None and getattr(args, "run_id", None) is not None:
+        parser.error("run: --run-id goes with --dag-id, not with --id")
     hook = EngineDBHook.from_config(getattr(args, "config", None), getattr(args, "profile", None))
     command, _ = COMMANDS[args.command]
     verbose = getattr(args, "verbose", False)

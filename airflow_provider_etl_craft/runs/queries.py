@@ -24,15 +24,34 @@ STATUS_ORDER = ("IN-PROGRESS", "SUCCESS", "FAILED", "SKIPPED", "CANCELLED")
 #: The largest LIMIT both drivers bind (a signed 64-bit integer); larger requests mean "all runs".
 MAX_LIMIT = 2**63 - 1
 
-_RUN_COLUMNS = (
+_RUNS = (
     "SELECT r.PIPELINE_RUN_ID, r.STATUS, r.RUN_KEY, r.RUN_DATE, r.START_DATE, r.END_DATE, r.SLA_STATUS, "
-    "r.OUTPUT_REVISION, r.TRIGGER_KIND, r.BACKFILL "
-    "FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? "
+    "r.OUTPUT_REVISION, r.TRIGGER_KIND, r.BACKFILL, "
+    "p.PIPELINE_ID, p.PIPELINE_CODE, p.PIPELINE_NAME, p.ACTIVE_FLAG, p.SLA_IN_HOURS "
+    "FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
 )
-_RECENT_RUNS = _RUN_COLUMNS + "ORDER BY r.PIPELINE_RUN_ID DESC LIMIT ?"
+_RECENT_RUNS = (
+    _RUNS + "WHERE p.PIPELINE_CODE = ? AND r.PIPELINE_RUN_ID < ? ORDER BY r.PIPELINE_RUN_ID DESC LIMIT ?"
+)
 _CURRENT_OR_LATEST_RUN = (
-    _RUN_COLUMNS
+    _RUNS
+    + "WHERE p.PIPELINE_CODE = ? "
     + "ORDER BY CASE WHEN r.STATUS = 'IN-PROGRESS' THEN 0 ELSE 1 END, r.PIPELINE_RUN_ID DESC LIMIT 1"
+)
+_RUN_BY_ID = _RUNS + "WHERE r.PIPELINE_RUN_ID = ?"
+#: A run key is unique per pipeline, so one Airflow DAG run may be the Engine run of several pipelines.
+_RUNS_BY_KEY = _RUNS + "WHERE r.RUN_KEY = ? ORDER BY r.PIPELINE_RUN_ID"
+#: Every pipeline code's row (active first, else its newest retired one: the order :data:`Pipeline.BY_CODE` picks).
+_PIPELINES = (
+    "SELECT PIPELINE_ID, PIPELINE_CODE, PIPELINE_NAME, ACTIVE_FLAG, SLA_IN_HOURS FROM CFG_PIPELINES "
+    "ORDER BY PIPELINE_CODE, CASE WHEN ACTIVE_FLAG = 'Y' THEN 0 ELSE 1 END, PIPELINE_ID DESC"
+)
+#: The newest run of every pipeline code (across its retired rows too).
+_LATEST_RUNS = (
+    "SELECT p.PIPELINE_CODE, r.PIPELINE_RUN_ID, r.STATUS, r.RUN_KEY, r.RUN_DATE, r.START_DATE, r.END_DATE, "
+    "r.SLA_STATUS FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
+    "WHERE r.PIPELINE_RUN_ID IN (SELECT MAX(r2.PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG r2 "
+    "JOIN CFG_PIPELINES p2 ON p2.PIPELINE_ID = r2.PIPELINE_ID GROUP BY p2.PIPELINE_CODE)"
 )
 _TASK_RUNS = (
     "SELECT tr.PIPELINE_RUN_ID, tr.TASK_RUN_ID, t.TASK_CODE, tr.STATUS, tr.ATTEMPT_COUNT, tr.SOURCE_COUNT, "
@@ -51,6 +70,26 @@ _ATTEMPTS = (
     "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
     "WHERE p.PIPELINE_CODE = ? AND tr.PIPELINE_RUN_ID BETWEEN ? AND ? "
     "ORDER BY a.TASK_RUN_ID, COALESCE(a.MAP_INDEX, -1), a.ATTEMPT_NUMBER"
+)
+#: Gate decisions of the runs in a span, with the gated task and the upstream (pipeline, task) in codes.
+_GATE_DECISIONS = (
+    "SELECT g.PIPELINE_RUN_ID, g.DECISION_ID, g.ATTEMPT_ID, t.TASK_CODE, up.PIPELINE_CODE, ut.TASK_CODE, "
+    "g.RESULT, g.REASON, g.SELECTED_PIPELINE_RUN_ID, g.SELECTED_TASK_RUN_ID, g.SELECTED_REVISION, g.DECIDED_AT "
+    "FROM AUD_GATE_DECISIONS g JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = g.PIPELINE_RUN_ID "
+    "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
+    "LEFT JOIN CFG_TASK_DEPENDENCY td ON td.TASK_DEPENDENCY_ID = g.TASK_DEPENDENCY_ID "
+    "LEFT JOIN CFG_TASKS t ON t.TASK_ID = td.TASK_ID "
+    "LEFT JOIN CFG_TASKS ut ON ut.TASK_ID = td.DEPENDS_ON_TASK_ID "
+    "LEFT JOIN CFG_PIPELINE_DEPENDENCY pd ON pd.PIPELINE_DEPENDENCY_ID = g.PIPELINE_DEPENDENCY_ID "
+    "LEFT JOIN CFG_PIPELINES up ON up.PIPELINE_ID = COALESCE(td.DEPENDS_ON_PIPELINE_ID, pd.DEPENDS_ON_PIPELINE_ID) "
+    "WHERE p.PIPELINE_CODE = ? AND g.PIPELINE_RUN_ID BETWEEN ? AND ? ORDER BY g.DECISION_ID"
+)
+_INTERVENTIONS = (
+    "SELECT i.PIPELINE_RUN_ID, i.INTERVENTION_ID, t.TASK_CODE, i.ACTION, i.FROM_STATUS, i.TO_STATUS, i.REASON, "
+    "i.REQUESTED_BY, i.REQUESTED_BY_KIND, i.REQUESTED_AT "
+    "FROM AUD_RUN_INTERVENTIONS i JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = i.PIPELINE_RUN_ID "
+    "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID LEFT JOIN CFG_TASKS t ON t.TASK_ID = i.TASK_ID "
+    "WHERE p.PIPELINE_CODE = ? AND i.PIPELINE_RUN_ID BETWEEN ? AND ? ORDER BY i.INTERVENTION_ID"
 )
 
 
@@ -88,6 +127,64 @@ class TaskRunInfo:
 
 
 @dataclass(frozen=True)
+class GateDecisionInfo:
+    """An ``AUD_GATE_DECISIONS`` row: why a gated task (None: the whole run) could or could not start."""
+
+    decision_id: int
+    attempt_id: int | None
+    task_code: str | None
+    depends_on_pipeline_code: str | None
+    depends_on_task_code: str | None
+    result: str
+    reason: str | None
+    selected_pipeline_run_id: int | None
+    selected_task_run_id: int | None
+    selected_revision: int | None
+    decided_at: datetime | None
+
+
+@dataclass(frozen=True)
+class InterventionInfo:
+    """An ``AUD_RUN_INTERVENTIONS`` row of a run: a manual or orchestrator change and who asked for it."""
+
+    intervention_id: int
+    task_code: str | None
+    action: str
+    from_status: str | None
+    to_status: str | None
+    reason: str | None
+    requested_by: str | None
+    requested_by_kind: str | None
+    requested_at: datetime | None
+
+
+@dataclass(frozen=True)
+class LatestRun:
+    """A pipeline's newest run, as the pipelines overview shows it."""
+
+    pipeline_run_id: int
+    status: str
+    run_key: str | None
+    run_date: datetime | None
+    start_date: datetime | None
+    end_date: datetime | None
+    sla_status: str | None
+
+
+@dataclass(frozen=True)
+class PipelineSummary:
+    """One pipeline code in the overview: its row, its open pause and its newest run."""
+
+    pipeline_id: int
+    pipeline_code: str
+    pipeline_name: str | None
+    active_flag: str
+    sla_in_hours: float | None
+    pause: Pause | None
+    latest_run: LatestRun | None
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """An ``AUD_PIPELINES_RUN_LOG`` row with its task runs (in creation order) and their attempts."""
 
@@ -104,11 +201,30 @@ class RunInfo:
     #: How many task runs ended in each status, in :data:`STATUS_ORDER`.
     task_status_counts: dict[str, int] = field(default_factory=dict)
     task_runs: tuple[TaskRunInfo, ...] = ()
+    gate_decisions: tuple[GateDecisionInfo, ...] = ()
+    interventions: tuple[InterventionInfo, ...] = ()
 
-    def with_task_runs(self, task_runs: tuple[TaskRunInfo, ...]) -> RunInfo:
+    def with_details(
+        self,
+        task_runs: tuple[TaskRunInfo, ...],
+        gate_decisions: tuple[GateDecisionInfo, ...],
+        interventions: tuple[InterventionInfo, ...],
+    ) -> RunInfo:
         return replace(
-            self, task_runs=task_runs, task_status_counts=status_counts(t.status for t in task_runs)
+            self,
+            task_runs=task_runs,
+            task_status_counts=status_counts(t.status for t in task_runs),
+            gate_decisions=gate_decisions,
+            interventions=interventions,
         )
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    """Runs newest first; ``next_before`` is the ``before`` of the next (older) page, None on the last."""
+
+    runs: list[RunInfo]
+    next_before: int | None
 
 
 def status_counts(statuses: Any) -> dict[str, int]:
@@ -178,30 +294,87 @@ class RunQueries:
         rows = self._rows(Pause.OPEN, (pipeline_id,))
         return Pause.from_db(self.engine, rows[0]) if rows else None
 
+    def pipelines(self) -> list[PipelineSummary]:
+        """Every pipeline code (its active row, else its newest retired one) with open pause and newest run."""
+        t = self.engine.from_db_time
+        pauses = {int(row[0]): Pause.from_db(self.engine, row[1:]) for row in self._rows(Pause.ALL_OPEN)}
+        latest = {
+            row[0]: LatestRun(int(row[1]), row[2], row[3], t(row[4]), t(row[5]), t(row[6]), row[7])
+            for row in self._rows(_LATEST_RUNS)
+        }
+        chosen: dict[str, Pipeline] = {}
+        for row in self._rows(_PIPELINES):
+            chosen.setdefault(row[1], Pipeline.from_db(row))
+        return [
+            PipelineSummary(
+                p.pipeline_id,
+                p.pipeline_code,
+                p.pipeline_name,
+                p.active_flag,
+                p.sla_in_hours,
+                pauses.get(p.pipeline_id),
+                latest.get(p.pipeline_code),
+            )
+            for p in chosen.values()
+        ]
+
     def current_or_latest_run(self, code: str) -> RunInfo | None:
-        """The pipeline's IN-PROGRESS run, else its newest run, with task runs and attempts (None: no runs)."""
-        runs = self._with_tasks(code, [self._run(r) for r in self._rows(_CURRENT_OR_LATEST_RUN, (code,))])
-        return runs[0] if runs else None
+        """The pipeline's IN-PROGRESS run, else its newest run, with its details (None: no runs)."""
+        runs = self._detailed(self._rows(_CURRENT_OR_LATEST_RUN, (code,)))
+        return runs[0][1] if runs else None
 
-    def recent_runs(self, code: str, limit: int) -> list[RunInfo]:
-        """The ``limit`` newest runs of the pipeline, newest first, with task runs and attempts."""
-        limit = min(limit, MAX_LIMIT)
-        return self._with_tasks(code, [self._run(r) for r in self._rows(_RECENT_RUNS, (code, limit))])
+    def recent_runs(self, code: str, limit: int, before: int | None = None) -> RunsPage:
+        """Up to ``limit`` runs of the pipeline with ids below ``before`` (default: all), newest first."""
+        limit = min(limit, MAX_LIMIT - 1)
+        bound = MAX_LIMIT if before is None else min(before, MAX_LIMIT)
+        rows = self._rows(_RECENT_RUNS, (code, bound, limit + 1))
+        runs = [run for _, run in self._detailed(rows[:limit])]
+        return RunsPage(runs, runs[-1].pipeline_run_id if len(rows) > limit else None)
 
-    def _run(self, row: tuple[Any, ...]) -> RunInfo:
+    def run(self, pipeline_run_id: int) -> list[tuple[Pipeline, RunInfo]]:
+        """The run with this id and its pipeline row (empty: no such run)."""
+        return self._detailed(self._rows(_RUN_BY_ID, (pipeline_run_id,)))
+
+    def runs_by_key(self, run_key: str) -> list[tuple[Pipeline, RunInfo]]:
+        """The runs with this ``RUN_KEY`` (one per pipeline at most), oldest first, with their pipeline rows."""
+        return self._detailed(self._rows(_RUNS_BY_KEY, (run_key,)))
+
+    def _detailed(self, rows: list[tuple[Any, ...]]) -> list[tuple[Pipeline, RunInfo]]:
+        """Run rows (:data:`_RUNS` columns) with their pipeline rows, task runs, attempts, gate decisions and
+        interventions: four queries per pipeline code over the runs' id range, whatever the number of runs."""
         t = self.engine.from_db_time
-        run_id, status, key, run_date, start, end, sla, revision, trigger, backfill = row
-        return RunInfo(
-            int(run_id), status, key, t(run_date), t(start), t(end), sla, int(revision), trigger, backfill
-        )
+        found = []
+        for row in rows:
+            run_id, status, key, run_date, start, end, sla, revision, trigger, backfill = row[:10]
+            run = RunInfo(
+                int(run_id), status, key, t(run_date), t(start), t(end), sla, int(revision), trigger, backfill
+            )
+            found.append((Pipeline.from_db(row[10:]), run))
+        by_code: dict[str, list[int]] = {}
+        for pipeline, run in found:
+            by_code.setdefault(pipeline.pipeline_code, []).append(run.pipeline_run_id)
+        details: dict[int, RunInfo] = {}
+        for code, ids in by_code.items():
+            span = (code, min(ids), max(ids))
+            tasks = self._task_runs(span)
+            gates = self._gate_decisions(span)
+            interventions = self._interventions(span)
+            for pipeline, run in found:
+                if pipeline.pipeline_code == code:
+                    details[run.pipeline_run_id] = run.with_details(
+                        tuple(tasks.get(run.pipeline_run_id, ())),
+                        tuple(gates.get(run.pipeline_run_id, ())),
+                        tuple(interventions.get(run.pipeline_run_id, ())),
+                    )
+        return [(pipeline, details[run.pipeline_run_id]) for pipeline, run in found]
 
-    def _with_tasks(self, code: str, runs: list[RunInfo]) -> list[RunInfo]:
-        """Attach task runs and attempts: two queries over the runs' id range, whatever the number of runs."""
-        if not runs:
-            return runs
+    def _task_runs(self, span: tuple[str, int, int]) -> dict[int, list[TaskRunInfo]]:
+        """Task runs (with attempts) of the runs in ``span`` (pipeline code, first and last run id), by run.
+
+        Runs of other pipelines inside the id range are filtered out by code; runs the caller did not ask
+        for are never looked up in the result.
+        """
         t = self.engine.from_db_time
-        ids = [r.pipeline_run_id for r in runs]
-        span = (code, min(ids), max(ids))
         attempts = self._attempts(span)
         tasks: dict[int, list[TaskRunInfo]] = {}
         for row in self._rows(_TASK_RUNS, span):
@@ -229,9 +402,40 @@ class RunQueries:
                     tuple(attempts.get(int(trid), ())),
                 )
             )
-        # Runs of other pipelines inside the id range were filtered out by code; newer runs of this one
-        # (started between the queries) are dropped here.
-        return [r.with_task_runs(tuple(tasks.get(r.pipeline_run_id, ()))) for r in runs]
+        return tasks
+
+    def _gate_decisions(self, span: tuple[str, int, int]) -> dict[int, list[GateDecisionInfo]]:
+        t = self.engine.from_db_time
+        decisions: dict[int, list[GateDecisionInfo]] = {}
+        for row in self._rows(_GATE_DECISIONS, span):
+            run_id, did, attempt, task, up_pipeline, up_task, result, reason, sel_run, sel_task, rev, at = row
+            decisions.setdefault(int(run_id), []).append(
+                GateDecisionInfo(
+                    int(did),
+                    _int(attempt),
+                    task,
+                    up_pipeline,
+                    up_task,
+                    result,
+                    reason,
+                    _int(sel_run),
+                    _int(sel_task),
+                    _int(rev),
+                    t(at),
+                )
+            )
+        return decisions
+
+    def _interventions(self, span: tuple[str, int, int]) -> dict[int, list[InterventionInfo]]:
+        t = self.engine.from_db_time
+        found: dict[int, list[InterventionInfo]] = {}
+        for run_id, iid, task, action, from_status, to_status, reason, by, kind, at in self._rows(
+            _INTERVENTIONS, span
+        ):
+            found.setdefault(int(run_id), []).append(
+                InterventionInfo(int(iid), task, action, from_status, to_status, reason, by, kind, t(at))
+            )
+        return found
 
     def _attempts(self, span: tuple[str, int, int]) -> dict[int, list[AttemptInfo]]:
         """The attempts of the task runs in ``span`` (pipeline code, first and last run id), by task run."""
@@ -254,3 +458,7 @@ class RunQueries:
                 )
             )
         return attempts
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -94,6 +94,11 @@ class Pause:
         "SELECT PIPELINE_PAUSE_ID, PAUSED_AT, PAUSED_BY, PAUSED_BY_KIND, REASON FROM AUD_PIPELINE_PAUSES "
         "WHERE PIPELINE_ID = ? AND RESUMED_AT IS NULL"
     )
+    #: Every open pause, its PIPELINE_ID first (then the columns of :data:`OPEN`).
+    ALL_OPEN: ClassVar[str] = (
+        "SELECT PIPELINE_ID, PIPELINE_PAUSE_ID, PAUSED_AT, PAUSED_BY, PAUSED_BY_KIND, REASON FROM AUD_PIPELINE_PAUSES "
+        "WHERE RESUMED_AT IS NULL"
+    )
 
     pause_id: int
     paused_at: datetime | None

@@ -195,7 +195,8 @@ def expected_runs(runs: Runs) -> list[dict[str, Any]]:
         return {"pipeline_run_id": run_id, "status": status, "run_key": f"airflow:sales_dag:r{n}",
                 "run_date": f"2026-07-0{n}T06:00:00.000Z", "start_date": "T",
                 "end_date": None if status == "IN-PROGRESS" else "T", "sla_status": sla, "output_revision": 0,
-                "trigger_kind": "ORCHESTRATOR", "backfill": "N", "task_status_counts": summary, "task_runs": tasks}  # fmt: skip
+                "trigger_kind": "ORCHESTRATOR", "backfill": "N", "task_status_counts": summary, "task_runs": tasks,
+                "gate_decisions": [], "interventions": []}  # fmt: skip
 
     skipped_log = "not run by Airflow (Airflow state: {})"
     return [
@@ -232,7 +233,7 @@ def test_history_json_has_every_run_task_run_and_attempt_newest_first(
 ) -> None:
     doc = cli_json(engine, "history", "--pipeline", "SALES")
 
-    assert list(doc) == ["pipeline", "runs"]
+    assert list(doc) == ["pipeline", "runs", "next_before"]
     assert pipeline_doc(doc) == SALES
     assert stripped_ids(normalized(doc["runs"])) == expected_runs(runs)
 
@@ -459,3 +460,119 @@ def test_status_and_history_show_the_map_index_of_a_mapped_tasks_attempts(
     rows = [(a["TASK_CODE"], a["MAP_INDEX"], a["ATTEMPT_NUMBER"]) for a in table(out, "attempts")]
     assert ("MART", "0", "1") in rows and ("MART", "1", "1") in rows
     assert next(r for r in rows if r[0] == "EXTRACT")[1] in ("", "-")  # unmapped: no map index
+
+
+def add_gate_and_intervention(engine: EngineSetup, run_id: int) -> None:
+    """A gate decision (MART waited on LOAD, which failed) and a manual mark on the run ``run_id``."""
+    hook = engine.hook()
+    statements = [
+        ("INSERT INTO CFG_TASK_DEPENDENCY (PIPELINE_ID, TASK_ID, DEPENDS_ON_TASK_ID) "
+         "SELECT t.PIPELINE_ID, t.TASK_ID, u.TASK_ID FROM CFG_TASKS t JOIN CFG_TASKS u ON u.PIPELINE_ID = t.PIPELINE_ID "
+         "WHERE t.TASK_CODE = 'MART' AND u.TASK_CODE = 'LOAD'", ()),
+        ("INSERT INTO AUD_GATE_DECISIONS (PIPELINE_RUN_ID, TASK_DEPENDENCY_ID, RESULT, REASON, DECIDED_AT) "
+         "SELECT ?, TASK_DEPENDENCY_ID, 'UNSATISFIED', 'upstream LOAD ended FAILED', ? FROM CFG_TASK_DEPENDENCY",
+         (run_id, engine.hook().engine.to_db_time(day(2)))),
+        ("INSERT INTO AUD_RUN_INTERVENTIONS (PIPELINE_ID, PIPELINE_RUN_ID, TASK_ID, ACTION, FROM_STATUS, TO_STATUS, "
+         "REASON, REQUESTED_BY, REQUESTED_BY_KIND, REQUESTED_AT) "
+         "SELECT PIPELINE_ID, ?, TASK_ID, 'MARK', 'FAILED', 'SUCCESS', 'loaded by hand', 'ann', 'HUMAN', ? "
+         "FROM CFG_TASKS WHERE TASK_CODE = 'LOAD'", (run_id, engine.hook().engine.to_db_time(day(3)))),
+    ]  # fmt: skip
+    with closing(hook.get_conn()) as conn:
+        for sql, params in statements:
+            hook.engine.query(conn, sql, params)
+
+
+def test_gate_decisions_and_interventions_come_with_their_run(engine: EngineSetup, runs: Runs) -> None:
+    add_gate_and_intervention(engine, runs.failed)
+
+    doc = cli_json(engine, "history", "--pipeline", "SALES")
+    by_id = {r["pipeline_run_id"]: r for r in doc["runs"]}
+    decision = by_id[runs.failed]["gate_decisions"]
+    assert [{k: v for k, v in d.items() if k != "decision_id"} for d in decision] == [{
+        "attempt_id": None, "task_code": "MART", "depends_on_pipeline_code": "SALES", "depends_on_task_code": "LOAD",
+        "result": "UNSATISFIED", "reason": "upstream LOAD ended FAILED", "selected_pipeline_run_id": None,
+        "selected_task_run_id": None, "selected_revision": None, "decided_at": "2026-07-02T06:00:00.000Z"}]  # fmt: skip
+    assert [{k: v for k, v in i.items() if k != "intervention_id"} for i in by_id[runs.failed]["interventions"]] == [{
+        "task_code": "LOAD", "action": "MARK", "from_status": "FAILED", "to_status": "SUCCESS",
+        "reason": "loaded by hand", "requested_by": "ann", "requested_by_kind": "HUMAN",
+        "requested_at": "2026-07-03T06:00:00.000Z"}]  # fmt: skip
+    assert by_id[runs.ok]["gate_decisions"] == by_id[runs.ok]["interventions"] == []
+
+    status, out, _ = cli(engine, "history", "--pipeline", "SALES")
+    assert status == 0
+    assert [(r["TASK_CODE"], r["RESULT"]) for r in table(out, "gate decisions")] == [("MART", "UNSATISFIED")]
+    assert [(r["ACTION"], r["REQUESTED_BY"]) for r in table(out, "interventions")] == [("MARK", "ann")]
+
+
+def test_history_pages_with_before(engine: EngineSetup, runs: Runs) -> None:
+    first = cli_json(engine, "history", "--pipeline", "SALES", "--limit", "2")
+    assert [r["pipeline_run_id"] for r in first["runs"]] == [runs.running, runs.failed]
+    assert first["next_before"] == runs.failed
+
+    second = cli_json(engine, "history", "--pipeline", "SALES", "--limit", "2", "--before", str(runs.failed))
+    assert [r["pipeline_run_id"] for r in second["runs"]] == [runs.ok]
+    assert second["next_before"] is None
+    assert second["runs"][0] == cli_json(engine, "history", "--pipeline", "SALES")["runs"][2]
+
+    status, out, _ = cli(engine, "history", "--pipeline", "SALES", "--limit", "2")
+    assert status == 0 and out.rstrip().endswith(f"older runs: --before {runs.failed}")
+
+
+def test_pipelines_lists_every_code_with_pause_and_newest_run(engine: EngineSetup, runs: Runs) -> None:
+    assert cli(engine, "pause", "--pipeline", "OTHER", "--reason", "audit", "--by", "ann")[0] == 0
+
+    doc = cli_json(engine, "pipelines")
+
+    found = {p["pipeline_code"]: p for p in doc["pipelines"]}
+    assert list(found) == ["IDLE", "OTHER", "SALES"]
+    assert found["IDLE"]["latest_run"] is None and found["IDLE"]["pause"] is None
+    assert found["SALES"]["latest_run"]["pipeline_run_id"] == runs.running
+    assert found["SALES"]["latest_run"]["status"] == "IN-PROGRESS"
+    assert (found["OTHER"]["pause"]["paused_by"], found["OTHER"]["pause"]["reason"]) == ("ann", "audit")
+    assert found["OTHER"]["latest_run"] == {
+        "pipeline_run_id": runs.other, "status": "SUCCESS", "run_key": "airflow:other_dag:o1",
+        "run_date": "2026-07-01T06:00:00.000Z", "start_date": found["OTHER"]["latest_run"]["start_date"],
+        "end_date": found["OTHER"]["latest_run"]["end_date"], "sla_status": None}  # fmt: skip
+    status, out, _ = cli(engine, "pipelines")
+    assert status == 0
+    assert [(r["PIPELINE_CODE"], r["PAUSED"], r["LATEST_STATUS"]) for r in table("t\n" + out, "t", "PIPELINE_CODE")] == [
+        ("IDLE", "no", "-"), ("OTHER", "yes", "SUCCESS"), ("SALES", "no", "IN-PROGRESS")]  # fmt: skip
+
+
+def test_run_by_id_and_by_dag_run_is_the_run_history_shows(engine: EngineSetup, runs: Runs) -> None:
+    add_gate_and_intervention(engine, runs.failed)
+    history = {r["pipeline_run_id"]: r for r in cli_json(engine, "history", "--pipeline", "SALES")["runs"]}
+
+    by_id = cli_json(engine, "run", "--id", str(runs.failed))
+    by_key = cli_json(engine, "run", "--dag-id", "sales_dag", "--run-id", "r2")
+
+    assert by_id == by_key
+    assert [r["run"] for r in by_id["runs"]] == [history[runs.failed]]
+    assert by_id["runs"][0]["pipeline"]["pipeline_code"] == "SALES"
+    status, out, _ = cli(engine, "run", "--id", str(runs.other))
+    assert status == 0 and out.startswith("pipeline OTHER (Other)")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--id", "999999"], "no run has PIPELINE_RUN_ID 999999 in AUD_PIPELINES_RUN_LOG"),
+    (["--dag-id", "sales_dag", "--run-id", "nope"], "no Engine run has RUN_KEY airflow:sales_dag:nope"),
+])  # fmt: skip
+def test_an_unknown_run_exits_4(engine: EngineSetup, runs: Runs, args: list[str], message: str) -> None:
+    status, out, err = cli(engine, "run", *args)
+    assert (status, out) == (4, "")
+    assert err.startswith(f"error: {message}") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "--dag-id", "d"], "--dag-id needs --run-id"),
+    (["run", "--id", "1", "--run-id", "r"], "--run-id goes with --dag-id"),
+    (["run", "--id", str(2**63)], "must be at most"),
+    (["run"], "one of the arguments --id --dag-id is required"),
+    (["history", "--pipeline", "S", "--before", "0"], "must be 1 or more"),
+])  # fmt: skip
+def test_run_and_before_arguments_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+                                              message: str) -> None:  # fmt: skip
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--config", str(tmp_path / "none.yml")], io.StringIO(), io.StringIO())
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err

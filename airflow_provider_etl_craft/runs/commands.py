@@ -1,0 +1,136 @@
+"""What an operator can ask of an Engine DB from outside a DAG: one function per command, one JSON document each.
+
+The CLI (``etl-craft-airflow … --format json`` prints these documents; its tables are drawn from them) and the
+Airflow plugin's REST API (returns them as they are) both call these functions, so the two cannot disagree.
+Every text value goes through Airflow's secret masker: an error message that echoed a secret shows ``***``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_etl_craft import _compat
+from airflow_provider_etl_craft.errors import MetadataError
+from airflow_provider_etl_craft.runs.identity import RunIdentity
+from airflow_provider_etl_craft.runs.queries import RunQueries, as_json
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+
+Document = dict[str, Any]
+#: Runs per page when the caller does not say (``history --limit``, the API's ``limit``).
+DEFAULT_PAGE = 20
+
+
+@contextmanager
+def _queries(hook: EngineDBHook) -> Iterator[RunQueries]:
+    with closing(hook.get_conn()) as conn:
+        queries = RunQueries(hook.engine, conn)
+        queries.check_tables()
+        yield queries
+
+
+def masked(value: Any) -> Any:
+    """Every text value through Airflow's secret masker, recursively."""
+    if isinstance(value, str):
+        return str(_compat.redact(value))
+    if isinstance(value, list):
+        return [masked(v) for v in value]
+    if isinstance(value, dict):
+        return {k: masked(v) for k, v in value.items()}
+    return value
+
+
+def pipelines(hook: EngineDBHook) -> Document:
+    """Every pipeline code with its row, open pause and newest run (``etl-craft-airflow pipelines``)."""
+    with _queries(hook) as queries:
+        return masked({"pipelines": as_json(queries.pipelines())})
+
+
+def status(hook: EngineDBHook, code: str) -> Document:
+    """The pipeline, its open pause, and its IN-PROGRESS run (else its newest run) with all its details."""
+    with _queries(hook) as queries:
+        pipeline = queries.pipeline(code)
+        pause = queries.open_pause(pipeline.pipeline_id)
+        run = queries.current_or_latest_run(code)
+    return masked({"pipeline": as_json(pipeline), "pause": as_json(pause), "run": as_json(run)})
+
+
+def history(hook: EngineDBHook, code: str, limit: int = DEFAULT_PAGE, before: int | None = None) -> Document:
+    """One page of the pipeline's runs, newest first: ``limit`` runs with ids below ``before``.
+
+    ``next_before`` is the ``before`` of the next (older) page; None when this page is the last.
+    """
+    with _queries(hook) as queries:
+        pipeline = queries.pipeline(code)
+        page = queries.recent_runs(code, limit, before)
+    return masked(
+        {"pipeline": as_json(pipeline), "runs": as_json(page.runs), "next_before": page.next_before}
+    )
+
+
+def run_by_id(hook: EngineDBHook, pipeline_run_id: int) -> Document:
+    """The run with this ``PIPELINE_RUN_ID`` and its pipeline row, as ``{"runs": [{"pipeline", "run"}]}``.
+
+    :raises MetadataError: no such run.
+    """
+    with _queries(hook) as queries:
+        found = queries.run(pipeline_run_id)
+    if not found:
+        raise MetadataError(
+            f"no run has PIPELINE_RUN_ID {pipeline_run_id} in AUD_PIPELINES_RUN_LOG of the Engine DB "
+            f"{hook.engine.describe()}; take the id from status or history of its pipeline"
+        )
+    return _runs_document(found)
+
+
+def run_by_dag_run(hook: EngineDBHook, dag_id: str, run_id: str) -> Document:
+    """The Engine run(s) of an Airflow DAG run (its run key), one per pipeline the DAG run claimed.
+
+    :raises MetadataError: the DAG run claimed no Engine run.
+    """
+    run_key = RunIdentity(dag_id, run_id).run_key
+    with _queries(hook) as queries:
+        found = queries.runs_by_key(run_key)
+    if not found:
+        raise MetadataError(
+            f"no Engine run has RUN_KEY {run_key} in the Engine DB {hook.engine.describe()}: DAG run {run_id} "
+            f"of DAG {dag_id} has not claimed a run there (its claim task has not run, or it uses another "
+            "Engine DB: choose its connection)"
+        )
+    return _runs_document(found)
+
+
+def _runs_document(found: list[Any]) -> Document:
+    return masked({"runs": [{"pipeline": as_json(p), "run": as_json(r)} for p, r in found]})
+
+
+def pause(hook: EngineDBHook, code: str, reason: str, by: str) -> Document:
+    """Open a pause of the pipeline by a person (kind HUMAN).
+
+    :raises RunStateError: the pipeline is already paused (CLI exit 9, API 409).
+    """
+    with hook.lifecycle() as lifecycle:
+        pause_id = lifecycle.pause(code, reason, by)
+    return masked({"pipeline_code": code, "pause_id": pause_id, "paused_by": by, "reason": reason})
+
+
+def resume(hook: EngineDBHook, code: str, reason: str, by: str) -> Document:
+    """End the pipeline's open pause.
+
+    :raises RunStateError: the pipeline is not paused (CLI exit 9, API 409).
+    """
+    with hook.lifecycle() as lifecycle:
+        ended = lifecycle.resume(code, reason, by)
+    return masked(
+        {
+            "pipeline_code": code,
+            "pause_id": ended.pause_id,
+            "paused_by": ended.paused_by,
+            "reason": ended.reason,
+            "resumed_by": by,
+            "resume_reason": reason,
+        }
+    )

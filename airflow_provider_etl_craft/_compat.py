@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         DAG,
         Asset,
         BaseOperator,
+        BaseOperatorLink,
         BaseSensorOperator,
         PokeReturnValue,
         TaskGroup,
@@ -37,6 +38,7 @@ WHERE: dict[str, tuple[str, ...]] = {
     "DAG": (_SDK,),
     "Asset": (_SDK,),
     "BaseOperator": (_SDK,),
+    "BaseOperatorLink": (_SDK,),
     "BaseSensorOperator": (_SDK,),
     "PokeReturnValue": (_SDK,),
     "TaskGroup": (_SDK,),
@@ -54,6 +56,7 @@ WHERE: dict[str, tuple[str, ...]] = {
         name: (_SDK_EXC, _CORE_EXC)
         for name in (
             "AirflowException",
+            "AirflowNotFoundException",
             "AirflowFailException",
             "AirflowSkipException",
             "AirflowSensorTimeout",

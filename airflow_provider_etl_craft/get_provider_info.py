@@ -105,5 +105,9 @@ def get_provider_info() -> dict[str, Any]:
                 "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
             }
         ],
+        "extra-links": ["airflow_provider_etl_craft.plugins.links.EngineRunLink"],
+        "plugins": [
+            {"name": "etl_craft", "plugin-class": "airflow_provider_etl_craft.plugins.plugin.EtlCraftPlugin"}
+        ],
         "config": provider_config(),
     }

@@ -470,7 +470,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     command, _ = COMMANDS[args.command]
     verbose = getattr(args, "verbose", False)
     try:
-        with _classified(hook):
+        with commands.classified(hook):
             return command(hook, args, out)
     except EtlCraftError as exc:
         if verbose:
@@ -492,23 +492,6 @@ def _printable(text: str) -> str:
     """A message that any terminal can print: bytes the OS gave us that are not UTF-8 (a path, a name) are
     shown as ``\\udcXX`` escapes rather than failing the print."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-@contextmanager
-def _classified(hook: EngineDBHook) -> Iterator[None]:
-    """Driver errors from any command leave as the provider's typed errors (the dialect classifies them)."""
-    try:
-        yield
-    except EtlCraftError:
-        raise
-    except Exception as exc:
-        try:
-            engine = hook.engine
-        except EtlCraftError:
-            raise exc from None
-        if isinstance(exc, engine.database_error()):
-            raise engine.classify(exc) from exc
-        raise
 
 
 def run() -> None:

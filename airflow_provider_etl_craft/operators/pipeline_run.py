@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow_provider_etl_craft._compat import (
     AirflowFailException,
@@ -12,6 +12,7 @@ from airflow_provider_etl_craft._compat import (
     AirflowSkipException,
     Asset,
     BaseOperator,
+    BaseOperatorLink,
     BaseSensorOperator,
     PokeReturnValue,
 )
@@ -20,6 +21,7 @@ from airflow_provider_etl_craft.operators import _airflow_view
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
+from airflow_provider_etl_craft.plugins.links import EngineRunLink
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 from airflow_provider_etl_craft.runs.records import RunRow
@@ -43,6 +45,7 @@ def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str | None = None) -> 
 
 
 class _PipelineOperatorMixin:
+    operator_extra_links: ClassVar[Collection[BaseOperatorLink]] = (EngineRunLink(),)
     pipeline_code: str
     etl_craft_conn_id: str
     profile: str | None

@@ -12,7 +12,7 @@ from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft import _compat
-from airflow_provider_etl_craft.errors import MetadataError
+from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.queries import RunQueries, as_json
 
@@ -30,6 +30,23 @@ def _queries(hook: EngineDBHook) -> Iterator[RunQueries]:
         queries = RunQueries(hook.engine, conn)
         queries.check_tables()
         yield queries
+
+
+@contextmanager
+def classified(hook: EngineDBHook) -> Iterator[None]:
+    """Driver errors of any command leave as the provider's typed errors (the dialect classifies them)."""
+    try:
+        yield
+    except EtlCraftError:
+        raise
+    except Exception as exc:
+        try:
+            engine = hook.engine
+        except EtlCraftError:
+            raise exc from None
+        if isinstance(exc, engine.database_error()):
+            raise engine.classify(exc) from exc
+        raise
 
 
 def masked(value: Any) -> Any:

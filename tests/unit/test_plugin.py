@@ -1,0 +1,92 @@
+"""The plugin loads on every supported line; the "Engine run" link points at the UI page of the DAG run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_provider_etl_craft.operators.pipeline_run import (
+    ClaimPipelineRunOperator,
+    FinishPipelineRunOperator,
+)
+from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator, recorded
+from airflow_provider_etl_craft.plugins.links import EngineRunLink, run_page
+
+pytestmark = pytest.mark.smoke
+
+
+def airflow(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    script = Path(sys.executable).with_name("airflow")
+    return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_airflow_lists_the_plugin_and_still_lists_providers(tmp_path: Path) -> None:
+    done = airflow(tmp_path, "plugins", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    plugins = json.loads(done.stdout[done.stdout.index("[") :])
+    (plugin,) = [p for p in plugins if p["name"] == "etl_craft"]
+    assert [(a["url_prefix"], a["name"]) for a in plugin["fastapi_apps"]] == [("/etl-craft", "etl-craft")]
+    assert {(v["destination"], v["href"]) for v in plugin["external_views"]} == {
+        ("nav", "etl-craft/ui/"),
+        ("dag_run", "etl-craft/ui/?dag_id={DAG_ID}&run_id={RUN_ID}"),
+    }
+    assert "Failed to" not in done.stderr and "Traceback" not in done.stderr
+    listed = airflow(tmp_path, "providers", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert "airflow-provider-etl-craft" in listed.stdout
+    links = airflow(tmp_path, "providers", "links", "-o", "json")
+    assert "airflow_provider_etl_craft.plugins.links.EngineRunLink" in links.stdout
+
+
+def test_the_api_app_imports_on_this_line() -> None:
+    """Airflow 3.0 has no plugin UI, but the API (and its auth-manager dependencies) must import there too."""
+    from airflow_provider_etl_craft.plugins.api import app
+
+    paths = {route.path for route in app.routes}  # type: ignore[attr-defined]
+    assert {
+        "/api/v1/pipelines",
+        "/api/v1/runs/{pipeline_run_id}",
+        "/openapi.json",
+        "/ui/{name:path}",
+    } <= paths
+
+
+def test_the_link_is_relative_to_the_base_url_and_encodes_its_values() -> None:
+    assert run_page("d", "manual__2026-01-01T00:00:00+00:00") == (
+        "etl-craft/ui/?dag_id=d&run_id=manual__2026-01-01T00%3A00%3A00%2B00%3A00"
+    )
+    assert run_page("d", "r", "etl_craft_pg", "https://airflow.example/prefix/") == (
+        "https://airflow.example/prefix/etl-craft/ui/?dag_id=d&run_id=r&conn_id=etl_craft_pg"
+    )
+    claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="SALES", etl_craft_conn_id="etl_craft_pg")
+    key = SimpleNamespace(dag_id="sales_dag", run_id="r&1")
+    assert (
+        EngineRunLink()
+        .get_link(claim, ti_key=key)
+        .endswith("etl-craft/ui/?dag_id=sales_dag&run_id=r%261&conn_id=etl_craft_pg")
+    )
+
+
+@pytest.mark.parametrize(
+    "operator_class", [ClaimPipelineRunOperator, FinishPipelineRunOperator, EtlCraftPythonOperator]
+)
+def test_the_provider_operators_carry_the_engine_run_link(operator_class: type) -> None:
+    assert [link.name for link in operator_class.operator_extra_links] == ["Engine run"]
+
+
+def test_a_recorded_operator_keeps_its_own_links_and_adds_the_engine_run_link() -> None:
+    from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
+
+    own = [link.name for link in SQLExecuteQueryOperator.operator_extra_links]
+    assert [link.name for link in recorded(SQLExecuteQueryOperator).operator_extra_links] == [
+        *own,
+        "Engine run",
+    ]

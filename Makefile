@@ -40,9 +40,10 @@ test: lint system-deps
 	$(BIN)/python -m pytest -q
 
 # System pieces of the test tiers, from Debian's packages: PgBouncer (pooler tier), socat, redis-server
-# and iproute2 (several-machines tier). As root, install what is missing; otherwise those tiers skip (or
-# fail under ETL_CRAFT_REQUIRE_PGBOUNCER=1 / ETL_CRAFT_REQUIRE_MACHINES=1, as in CI).
-SYSTEM_TOOLS := pgbouncer:pgbouncer socat:socat redis-server:redis-server ip:iproute2
+# and iproute2 (several-machines tier), chromium (web tier's browser, driven headless by playwright). As
+# root, install what is missing; otherwise those tiers skip (or fail under ETL_CRAFT_REQUIRE_PGBOUNCER=1 /
+# ETL_CRAFT_REQUIRE_MACHINES=1 / ETL_CRAFT_REQUIRE_BROWSER=1, as in CI).
+SYSTEM_TOOLS := pgbouncer:pgbouncer socat:socat redis-server:redis-server ip:iproute2 chromium:chromium
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 		tool=$${pair%%:*}; pkg=$${pair##*:}; \

@@ -26,6 +26,12 @@ outcome from the metadata DB and the Engine DB; every wait is a bounded poll::
 
 When a test fails, its report gets the tail of every component's log and of the task logs of the DAGs it
 wrote; ``ETL_CRAFT_DEPLOYMENT_KEEP=1`` leaves the whole folder behind.
+
+The web tier (``tests/web``) starts a lean flavour with ``AirflowDeployment.start_web(cluster, root)``: the
+same folder layout, metadata DB and Engine DBs (with their connections), but only ``airflow db migrate``
+and the api-server (no broker, scheduler, dag-processor or triggerer), and Airflow's simple auth manager
+with real users (``WEB_USERS``: admin with role ADMIN, viewer with role VIEWER) instead of everyone being
+admin. ``deployment.token("viewer")`` is a JWT of that user from ``POST /auth/token``.
 """
 
 from __future__ import annotations
@@ -58,6 +64,11 @@ from tests.fixtures.fix_airflow import airflow_cli
 from tests.fixtures.fix_pg import PgCluster, PgDatabase
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+#: The web flavour's only component.
+WEB_COMPONENTS = ("api-server",)
+#: Users of the web flavour's simple auth manager: name -> (role, password). The passwords file is written
+#: before the api-server starts, so Airflow generates none.
+WEB_USERS: dict[str, tuple[str, str]] = {"admin": ("admin", "admin"), "viewer": ("viewer", "viewer")}
 #: Executors of the deployment: LocalExecutor by default; a task with ``executor="CeleryExecutor"`` goes to
 #: the Celery workers of ``tests/deployment/machines.py`` (other machines), through the Redis broker.
 EXECUTORS = "LocalExecutor,CeleryExecutor"
@@ -262,7 +273,12 @@ class AirflowDeployment:
     test_dag_ids: list[str] = field(default_factory=list)
     #: The Redis broker's port on 127.0.0.1 (0: no CeleryExecutor; see ``celery_unavailable``).
     broker_port: int = 0
+    #: The Airflow processes this deployment runs (``COMPONENTS``; ``WEB_COMPONENTS`` for the web flavour).
+    components: tuple[str, ...] = COMPONENTS
+    #: Simple auth manager users, name -> (role, password); empty: everyone is admin (``ALL_ADMINS``).
+    users: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
     _token: str | None = field(default=None, repr=False)
+    _tokens: dict[str, str] = field(default_factory=dict, repr=False)
     _meta: PgDatabase | None = field(default=None, repr=False)
 
     # -- layout ----------------------------------------------------------------------------------------
@@ -306,23 +322,40 @@ class AirflowDeployment:
 
     # -- setup and teardown ------------------------------------------------------------------------------
 
+    @property
+    def passwords_file(self) -> Path:
+        """The simple auth manager's passwords (JSON), written by the web flavour before the api-server starts."""
+        return self.home / "simple_auth_manager_passwords.json"
+
     @classmethod
     def start(cls, cluster: PgCluster, root: Path) -> AirflowDeployment:
-        deployment = cls(cluster, root)
+        """The whole deployment: api-server, scheduler, dag-processor, triggerer (everyone admin)."""
+        return cls(cluster, root)._start()
+
+    @classmethod
+    def start_web(
+        cls, cluster: PgCluster, root: Path, users: dict[str, tuple[str, str]] | None = None
+    ) -> AirflowDeployment:
+        """The lean web flavour: ``airflow db migrate`` and the api-server only, with simple auth manager
+        ``users`` (default ``WEB_USERS``)."""
+        return cls(cluster, root, components=WEB_COMPONENTS, users=dict(users or WEB_USERS))._start()
+
+    def _start(self) -> AirflowDeployment:
         try:
-            deployment._prepare()
-            deployment._start_broker()
-            deployment._migrate()
-            deployment._launch()
-            deployment._wait_ready()
+            self._prepare()
+            if "scheduler" in self.components:
+                self._start_broker()
+            self._migrate()
+            self._launch()
+            self._wait_ready()
         except Exception as exc:
-            report = deployment.report()
-            deployment.stop()
+            report = self.report()
+            self.stop()
             raise DeploymentError(f"the Airflow deployment did not start: {exc}\n{report}") from exc
         except BaseException:
-            deployment.stop()
+            self.stop()
             raise
-        return deployment
+        return self
 
     def _prepare(self) -> None:
         for folder in (self.dags, self.logs, self.root / "component-logs", self.warehouse.parent):
@@ -413,6 +446,17 @@ class AirflowDeployment:
                 {"conn_type": "sqlite", "host": str(self.warehouse)}
             ),
         }
+        if self.users:
+            self.passwords_file.write_text(
+                json.dumps({name: password for name, (_, password) in self.users.items()}) + "\n"
+            )
+            self.env.update({
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                    f"{name}:{role}" for name, (role, _) in self.users.items()
+                ),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
+            })  # fmt: skip
 
     @property
     def meta_url(self) -> str:
@@ -463,7 +507,7 @@ class AirflowDeployment:
             raise DeploymentError(f"`airflow db migrate` failed ({done.returncode}):\n{_tail(log)}")
 
     def _launch(self) -> None:
-        for name in COMPONENTS:
+        for name in self.components:
             args = (
                 ["api-server", "--host", "127.0.0.1", "--port", str(self.port)]
                 if name == "api-server"
@@ -478,17 +522,16 @@ class AirflowDeployment:
                 out.close()
 
     def _wait_ready(self) -> None:
-        """Until the API answers and the scheduler, dag-processor and triggerer heartbeat."""
+        """Until the API answers and the scheduler, dag-processor and triggerer heartbeat (those that run)."""
+        # The health endpoint's parts: metadatabase, scheduler, triggerer, dag_processor.
+        parts = ["metadatabase", *(c.replace("-", "_") for c in self.components if c != "api-server")]
 
         def ready() -> bool:
             try:
                 health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
             except (httpx.HTTPError, ValueError):
                 return False
-            return all(
-                (health.get(part) or {}).get("status") == "healthy"
-                for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
-            )
+            return all((health.get(part) or {}).get("status") == "healthy" for part in parts)
 
         self.wait_until(ready, _STARTUP_TIMEOUT, "the deployment to become healthy")
 
@@ -633,8 +676,30 @@ class AirflowDeployment:
 
         self.wait_until(parsed, timeout, f"DAG {dag_id} to be parsed")
 
+    def token(self, user: str) -> str:
+        """A JWT of one simple auth manager user (web flavour), from ``POST /auth/token``."""
+        _, password = self.users[user]
+        response = httpx.post(f"{self.base_url}/auth/token", json={"username": user, "password": password},
+                              timeout=30)  # fmt: skip
+        if response.status_code >= 300:
+            raise DeploymentError(f"POST /auth/token as {user} -> {response.status_code}: {response.text}")
+        return str(response.json()["access_token"])
+
+    def client(self, user: str | None, timeout: float = 60) -> httpx.Client:
+        """An ``httpx.Client`` on the api-server as ``user`` (a bearer token of the web flavour's simple auth
+        manager; ``None``: unauthenticated). Close it (``with deployment.client("viewer") as api: ...``)."""
+        headers = {}
+        if user is not None:
+            if user not in self._tokens:
+                self._tokens[user] = self.token(user)
+            headers["Authorization"] = f"Bearer {self._tokens[user]}"
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
     def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        if self._token is None:
+        if self._token is None and self.users:
+            admin = next(name for name, (role, _) in self.users.items() if role.lower() == "admin")
+            self._token = self.token(admin)
+        elif self._token is None:
             response = httpx.get(f"{self.base_url}/auth/token", timeout=30)
             response.raise_for_status()
             self._token = response.json()["access_token"]
@@ -684,7 +749,7 @@ class AirflowDeployment:
     def report(self, dag_ids: Iterable[str] | None = None) -> str:
         """The tail of each component's log and of the task logs of ``dag_ids`` (default: this test's DAGs)."""
         parts = []
-        for name in ("db-migrate", *COMPONENTS, "redis"):
+        for name in ("db-migrate", *self.components, "redis"):
             path = self.component_log(name)
             if path.exists():
                 parts.append(f"----- airflow {name} ({path}) -----\n{_tail(path)}")

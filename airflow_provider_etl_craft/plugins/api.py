@@ -72,7 +72,7 @@ class ConnectionChoiceError(errors.ConfigurationError):
 class ReasonBody(BaseModel):
     """Why the pipeline is paused or resumed (stored in ``AUD_PIPELINE_PAUSES``)."""
 
-    reason: str = Field(min_length=1, max_length=2000, pattern=r"^[^\x00]*\S[^\x00]*$")
+    reason: str = Field(min_length=1, max_length=2000, pattern=r"^[^\x00]*[^\x00\s][^\x00]*$")
 
 
 app = FastAPI(

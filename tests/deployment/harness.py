@@ -51,7 +51,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx
@@ -322,6 +322,14 @@ class AirflowDeployment:
 
     # -- setup and teardown ------------------------------------------------------------------------------
 
+    #: The web flavour's connection of another type than etl_craft (see ``foreign_conn_password``).
+    foreign_conn_id: ClassVar[str] = "warehouse_admin"
+
+    @property
+    def foreign_conn_password(self) -> str:
+        """The password of ``foreign_conn_id``: derived from the run's folder, so unique per session."""
+        return f"foreign-secret-{self.root.name}"
+
     @property
     def passwords_file(self) -> Path:
         """The simple auth manager's passwords (JSON), written by the web flavour before the api-server starts."""
@@ -456,6 +464,11 @@ class AirflowDeployment:
                     f"{name}:{role}" for name, (role, _) in self.users.items()
                 ),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
+                # A connection of another type, with a password the plugin's API must never use or show.
+                f"AIRFLOW_CONN_{self.foreign_conn_id.upper()}": json.dumps({
+                    "conn_type": "postgres", "host": "127.0.0.1", "login": "someone",
+                    "password": self.foreign_conn_password,
+                }),
             })  # fmt: skip
 
     @property
@@ -715,6 +728,11 @@ class AirflowDeployment:
         """Trigger a DAG run through the REST API (no logical date unless given, as Airflow 3 does); its run id."""
         body = {"logical_date": logical_date.isoformat() if logical_date else None, "conf": conf or {}}
         return str(self._api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)["dag_run_id"])
+
+    def extra_links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str]:
+        """A task instance's extra links as the UI gets them: ``{name: url}``."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/links"
+        return dict(self._api("GET", path)["extra_links"])
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 120,
                  probe: Callable[[], None] | None = None) -> str:  # fmt: skip

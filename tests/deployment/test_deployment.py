@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from airflow_provider_etl_craft.example_dags import demo
+from airflow_provider_etl_craft.plugins.links import run_page
 from tests.deployment.dags import HOLD_DAG, KILLED_DAG, RETRY_DAG, render
 from tests.deployment.harness import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
 
@@ -135,6 +136,10 @@ def check_example_run(deployment: AirflowDeployment, dag_id: str, run_id: str, r
         "WHERE g.PIPELINE_RUN_ID = ? ORDER BY g.DECISION_ID",
         run["PIPELINE_RUN_ID"],
     ) == [("LOAD_ORDERS", "SATISFIED"), ("BUILD_SALES_MART", "SATISFIED")]
+    # The "Engine run" extra link of the claim, a recorded task and the finish: the UI page of this DAG run.
+    page = run_page(dag_id, run_id, engine.conn_id, deployment.base_url)
+    for task_id in ("daily_sales.claim", "daily_sales.load_orders", "daily_sales.finish"):
+        assert deployment.extra_links(dag_id, run_id, task_id) == {"Engine run": page}, task_id
 
 
 @pytest.mark.parametrize("dialect", ["pg", "sqlite"])

@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import airflow
 import pytest
 
 from tests.deployment.harness import WEB_USERS, AirflowDeployment
@@ -51,6 +52,13 @@ REQUIRE_BROWSER_ENV = "ETL_CRAFT_REQUIRE_BROWSER"
 CHROMIUM = Path("/usr/bin/chromium")
 #: Default wait of every page action and ``expect`` assertion (ms): a first UI load on a busy machine is slow.
 PAGE_TIMEOUT_MS = 30_000
+
+#: The Airflow line under test; the plugin UI (external views) needs 3.1+, the API loads on 3.0 too.
+AIRFLOW_LINE = tuple(int(part) for part in airflow.__version__.split(".")[:2])
+needs_plugin_ui = pytest.mark.skipif(
+    AIRFLOW_LINE < (3, 1),
+    reason=f"Airflow {airflow.__version__} has no plugin UI (external views come with 3.1)",
+)
 
 #: The folder each live page's screenshots go to (its test's tmp_path).
 _shot_dirs: dict[int, Path] = {}

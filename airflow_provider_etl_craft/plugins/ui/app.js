@@ -4,7 +4,17 @@
 'use strict';
 
 (() => {
-  const PAGE_PARAMS = new URLSearchParams(window.location.search);
+  // The query string, decoded without turning '+' into a space: Airflow 3.1 puts the DAG run id into the
+  // DAG-run view's URL as it is (3.3 percent-encodes it), and run ids hold '+' ("…+00:00").
+  const PAGE_PARAMS = new Map(
+    window.location.search.replace(/^\?/, '').split('&').filter(Boolean).map((pair) => {
+      const at = pair.indexOf('=');
+      const decode = (text) => {
+        try { return decodeURIComponent(text); } catch (e) { return text; }
+      };
+      return at < 0 ? [decode(pair), ''] : [decode(pair.slice(0, at)), decode(pair.slice(at + 1))];
+    }),
+  );
   const CONN_ID = PAGE_PARAMS.get('conn_id') || null;
   const DAG_ID = PAGE_PARAMS.get('dag_id') || null;
   const DAG_RUN_ID = PAGE_PARAMS.get('run_id') || null;
@@ -582,9 +592,9 @@
     const selected = g.selected_pipeline_run_id != null ? ` (run ${g.selected_pipeline_run_id})` : '';
     switch (g.result) {
       case 'UNSATISFIED':
-        return `${subject} was not run: ${upstream} had not succeeded (UNSATISFIED)`;
+        return `${subject} was not run: its dependency on ${upstream} was not satisfied (UNSATISFIED)`;
       case 'SATISFIED':
-        return `${subject} could run: ${upstream} had succeeded${selected} (SATISFIED)`;
+        return `${subject} could run: its dependency on ${upstream} was satisfied${selected} (SATISFIED)`;
       case 'BYPASSED':
         return `${subject} went ahead without waiting: the dependency on ${upstream} was bypassed (BYPASSED)`;
       default:

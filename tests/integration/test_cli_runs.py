@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,95 +17,21 @@ import pytest
 
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.runs.counts import TaskCounts
-from airflow_provider_etl_craft.runs.identity import RunIdentity
-from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 from tests.conftest import EngineSetup
+from tests.fixtures.run_history import (
+    HOST,
+    LONG_ERROR,
+    PID,
+    Runs,
+    add_gate_and_intervention,
+    day,
+    ident,
+    write_runs,
+)
 
-MIGRATION = """\
-INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, SLA_IN_HOURS, REFRESH_TYPE) VALUES ('SALES', 'Sales', 2, 'FULL');
-INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('OTHER', 'Other', 'FULL');
-INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES ('IDLE', NULL, 'FULL');
-INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER)
-SELECT 'EXTRACT', 'INGESTION', PIPELINE_ID, 'PYTHON' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'SALES';
-INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER)
-SELECT 'LOAD', 'ETL', PIPELINE_ID, 'SQL' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'SALES';
-INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER)
-SELECT 'MART', 'ETL', PIPELINE_ID, 'SQL' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'SALES';
-INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER)
-SELECT 'ALERT', 'ETL', PIPELINE_ID, 'EMAIL_ALERT' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'SALES';
-INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER)
-SELECT 'COPY', 'ETL', PIPELINE_ID, 'SQL' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'OTHER';
-"""
-LONG_ERROR = "ValueError: bad row 42 in raw_orders: " + "x" * 100
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 #: Timestamps the lifecycle takes from the clock: checked for their form, then replaced by "T".
 CLOCK_KEYS = {"start_date", "end_date", "started_at", "ended_at", "paused_at"}
-HOST, PID = socket.gethostname(), os.getpid()
-
-
-@dataclass
-class Runs:
-    """Run ids of SALES (oldest first: SUCCESS, FAILED, IN-PROGRESS) and of OTHER (between the first two)."""
-
-    ok: int
-    other: int
-    failed: int
-    running: int
-
-
-def day(n: int) -> datetime:
-    return datetime(2026, 7, n, 6, 0, tzinfo=UTC)
-
-
-def ident(run_id: str, n: int) -> RunIdentity:
-    return RunIdentity("sales_dag", run_id, day(n))
-
-
-def task(lc: RunLifecycle, who: RunIdentity, code: str, tries: list[tuple[str, Any, str | None]]) -> None:
-    """Run ``code`` once per (status, result, error), as Airflow tries 1, 2, …"""
-    for number, (status, result, error) in enumerate(tries, start=1):
-        handle = lc.start_task("SALES", code, who, number)
-        lc.finish_task(handle, status, TaskCounts.from_result(result), error)
-
-
-def write_runs(engine: EngineSetup, tmp_path: Path) -> Runs:
-    folder = tmp_path / "migs"
-    folder.mkdir()
-    (folder / "0001_pipelines.sql").write_text(MIGRATION, encoding="utf-8")
-    engine.hook().migrate(folder)
-    with engine.hook().lifecycle() as lc:
-        ok = ident("r1", 1)
-        ok_id = lc.claim("SALES", ok).pipeline_run_id
-        task(lc, ok, "EXTRACT", [("SUCCESS", {"source_count": 10, "target_count": 10, "insert_count": 7,
-                                              "update_count": 2, "delete_count": 1}, None)])  # fmt: skip
-        task(lc, ok, "LOAD", [("SUCCESS", 5, None)])
-        task(lc, ok, "MART", [("SUCCESS", {"insert_count": 3}, None)])
-        states = {"EXTRACT": "success", "LOAD": "success", "MART": "success", "ALERT": "skipped"}
-        assert lc.finish_run("SALES", ok, states).status == "SUCCESS"
-
-        other = RunIdentity("other_dag", "o1", day(1))
-        other_id = lc.claim("OTHER", other).pipeline_run_id
-        lc.finish_task(lc.start_task("OTHER", "COPY", other, 1), "SUCCESS", TaskCounts(rows_written=1))
-        lc.finish_run("OTHER", other, {"COPY": "success"})
-
-        bad = ident("r2", 2)
-        bad_id = lc.claim("SALES", bad).pipeline_run_id
-        task(lc, bad, "EXTRACT", [("SUCCESS", {"source_count": 4, "insert_count": 4}, None)])
-        task(
-            lc,
-            bad,
-            "LOAD",
-            [("FAILED", None, "OperationalError: connection reset"), ("FAILED", None, LONG_ERROR)],
-        )
-        task(lc, bad, "ALERT", [("SUCCESS", None, None)])
-        states = {"EXTRACT": "success", "LOAD": "failed", "MART": "upstream_failed", "ALERT": "success"}
-        assert lc.finish_run("SALES", bad, states).status == "FAILED"
-
-        running = ident("r3", 3)
-        running_id = lc.claim("SALES", running).pipeline_run_id
-        lc.start_task("SALES", "EXTRACT", running, 1)
-    assert None not in (ok_id, other_id, bad_id, running_id)
-    return Runs(ok_id, other_id, bad_id, running_id)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -460,26 +383,6 @@ def test_status_and_history_show_the_map_index_of_a_mapped_tasks_attempts(
     rows = [(a["TASK_CODE"], a["MAP_INDEX"], a["ATTEMPT_NUMBER"]) for a in table(out, "attempts")]
     assert ("MART", "0", "1") in rows and ("MART", "1", "1") in rows
     assert next(r for r in rows if r[0] == "EXTRACT")[1] in ("", "-")  # unmapped: no map index
-
-
-def add_gate_and_intervention(engine: EngineSetup, run_id: int) -> None:
-    """A gate decision (MART waited on LOAD, which failed) and a manual mark on the run ``run_id``."""
-    hook = engine.hook()
-    statements = [
-        ("INSERT INTO CFG_TASK_DEPENDENCY (PIPELINE_ID, TASK_ID, DEPENDS_ON_TASK_ID) "
-         "SELECT t.PIPELINE_ID, t.TASK_ID, u.TASK_ID FROM CFG_TASKS t JOIN CFG_TASKS u ON u.PIPELINE_ID = t.PIPELINE_ID "
-         "WHERE t.TASK_CODE = 'MART' AND u.TASK_CODE = 'LOAD'", ()),
-        ("INSERT INTO AUD_GATE_DECISIONS (PIPELINE_RUN_ID, TASK_DEPENDENCY_ID, RESULT, REASON, DECIDED_AT) "
-         "SELECT ?, TASK_DEPENDENCY_ID, 'UNSATISFIED', 'upstream LOAD ended FAILED', ? FROM CFG_TASK_DEPENDENCY",
-         (run_id, engine.hook().engine.to_db_time(day(2)))),
-        ("INSERT INTO AUD_RUN_INTERVENTIONS (PIPELINE_ID, PIPELINE_RUN_ID, TASK_ID, ACTION, FROM_STATUS, TO_STATUS, "
-         "REASON, REQUESTED_BY, REQUESTED_BY_KIND, REQUESTED_AT) "
-         "SELECT PIPELINE_ID, ?, TASK_ID, 'MARK', 'FAILED', 'SUCCESS', 'loaded by hand', 'ann', 'HUMAN', ? "
-         "FROM CFG_TASKS WHERE TASK_CODE = 'LOAD'", (run_id, engine.hook().engine.to_db_time(day(3)))),
-    ]  # fmt: skip
-    with closing(hook.get_conn()) as conn:
-        for sql, params in statements:
-            hook.engine.query(conn, sql, params)
 
 
 def test_gate_decisions_and_interventions_come_with_their_run(engine: EngineSetup, runs: Runs) -> None:

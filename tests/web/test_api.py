@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_etl_craft.cli.main import main
 from tests.conftest import EngineSetup, engine_rows
 from tests.deployment.harness import AirflowDeployment
-from tests.integration.test_cli_runs import Runs, add_gate_and_intervention, write_runs
+from tests.fixtures.run_history import Runs, add_gate_and_intervention, write_runs
 
 pytestmark = [pytest.mark.web, pytest.mark.postgres, pytest.mark.smoke]
 

@@ -1,4 +1,5 @@
-"""The wheel ships what the package reads at run time (both schema files, the example project) and py.typed."""
+"""The wheel ships what the package reads at run time (schema files, example project, the plugin's page), its entry
+points and py.typed."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ def test_wheel_contains_schema_files_examples_and_entry_points(tmp_path: Path) -
     assert "provider_info = airflow_provider_etl_craft.get_provider_info:get_provider_info" in entry_points
     assert "etl-craft-airflow = airflow_provider_etl_craft.cli.main:run" in entry_points
     assert "airflow_provider_etl_craft/py.typed" in names  # type checkers read the annotations (PEP 561)
+    for name in ("index.html", "app.js", "app.css"):  # the plugin's page, served from the package
+        assert f"airflow_provider_etl_craft/plugins/ui/{name}" in names
+    assert "etl_craft = airflow_provider_etl_craft.plugins.plugin:EtlCraftPlugin" in entry_points
 
 
 def zf_text(wheel: Path, name: str) -> str:

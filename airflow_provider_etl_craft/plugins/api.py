@@ -31,8 +31,14 @@ from airflow_provider_etl_craft.settings import setting
 
 log = logging.getLogger(__name__)
 
+
+class ConnectionChoiceError(errors.ConfigurationError):
+    """The request named a connection that does not exist or is not an ``etl_craft`` connection."""
+
+
 #: HTTP status of each typed error (most specific class first); anything else is a 500.
 HTTP_STATUS: tuple[tuple[type[errors.EtlCraftError], int], ...] = (
+    (ConnectionChoiceError, 404),
     (errors.EngineUnreachableError, 503),
     (errors.ConfigurationError, 500),
     (errors.MetadataError, 404),
@@ -65,10 +71,6 @@ read = Depends(requires_access_dag("GET"))
 edit = Depends(requires_access_dag("PUT"))
 
 
-class ConnectionChoiceError(errors.ConfigurationError):
-    """The request named a connection that does not exist or is not an ``etl_craft`` connection."""
-
-
 class ReasonBody(BaseModel):
     """Why the pipeline is paused or resumed (stored in ``AUD_PIPELINE_PAUSES``)."""
 
@@ -88,8 +90,6 @@ app = FastAPI(
 @app.exception_handler(errors.EtlCraftError)
 def _typed_error(request: Request, exc: errors.EtlCraftError) -> JSONResponse:
     status = next((code for cls, code in HTTP_STATUS if isinstance(exc, cls)), 500)
-    if isinstance(exc, ConnectionChoiceError):
-        status = 404
     detail = {"error": type(exc).__name__, "exit_status": exc.exit_code, "message": commands.masked(str(exc))}
     return JSONResponse({"detail": detail}, status_code=status)
 

@@ -79,6 +79,16 @@ def log(message: str) -> None:
     print(message, flush=True)
 
 
+def commit() -> str:
+    """The measured commit (``git describe --always --dirty``): figures are only comparable per commit."""
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown ({exc})"
+    return done.stdout.strip()
+
+
 def run_airflow_part(workdir: Path, tasks: int, repeats: int) -> dict[str, Any]:
     """Part 3 in a fresh interpreter (Airflow is configured before its first import there)."""
     folder = workdir / "airflow"
@@ -108,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     started, started_at = time.perf_counter(), datetime.now(UTC)
     workdir = Path(tempfile.mkdtemp(prefix="etl-craft-bench-"))
     results: dict[str, Any] = {
+        "commit": commit(),
         "mode": "quick" if args.quick else "full",
         "started": f"{started_at:%Y-%m-%d %H:%M:%S} UTC",
         "options": {k: v for k, v in vars(args).items() if k not in ("out",)},

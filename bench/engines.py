@@ -98,7 +98,10 @@ class PgServer:
 
 
 def _preload_pg_stat_statements(cluster: fix_pg.PgCluster) -> bool:
-    """Restart ``cluster`` with pg_stat_statements loaded when the server ships it; True if it is on."""
+    """Restart ``cluster`` with pg_stat_statements loaded.
+
+    :raises RuntimeError: the server does not ship it: the round-trip cross-check needs it (no weaker check).
+    """
     with closing(cluster.admin_connect()) as admin, admin.cursor() as cur:
         cur.execute("SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'")
         (pkglibdir,) = cur.fetchone()
@@ -107,7 +110,10 @@ def _preload_pg_stat_statements(cluster: fix_pg.PgCluster) -> bool:
     library = Path(pkglibdir) / "pg_stat_statements.so"
     control = Path(sharedir) / "extension" / "pg_stat_statements.control"
     if not (library.exists() and control.exists()):
-        return False
+        raise RuntimeError(
+            f"pg_stat_statements is missing ({library} or {control}): the benchmark checks its round-trip "
+            "counts against it; install the PostgreSQL server's contrib modules (Debian: postgresql-<version>)"
+        )
     with closing(cluster.admin_connect()) as admin, admin.cursor() as cur:
         cur.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
     cluster.stop()

@@ -242,7 +242,8 @@ def _load(load: dict[str, Sequence[float]] | None) -> list[str]:
 def render(results: dict[str, Any]) -> str:
     """The whole printed report."""
     parts = [
-        f"etl-craft bookkeeping benchmark ({results['mode']} run, {results['started']}, took {results['took_s']:.0f} s)",
+        f"etl-craft bookkeeping benchmark ({results['mode']} run of {results.get('commit', 'an unknown commit')}, "
+        f"{results['started']}, took {results['took_s']:.0f} s)",
         bookkeeping_section(results.get("bookkeeping", {})),
         statements_section(results.get("bookkeeping", {})),
         contention_section(results.get("contention")),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,9 +11,18 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_etl_craft.auth import cache
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_credentials() -> Iterator[None]:
+    """Every test starts without the tokens and assumed-role keys an earlier one left in this process."""
+    cache.clear_all()
+    yield
+    cache.clear_all()
 
 
 @dataclass

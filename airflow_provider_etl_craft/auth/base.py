@@ -110,6 +110,15 @@ class AuthMode:
         """Driver keyword arguments for a new connection (called once per connection); none by default."""
         return {}
 
+    def renew_kwargs(self, profile: ProfileView, refused: Mapping[str, Any]) -> dict[str, Any] | None:
+        """After the server refused the login made with ``refused`` (from :meth:`connect_kwargs`): arguments
+        with a fresh credential for one more try, or ``None``.
+
+        For modes that cache their credential in the process (:mod:`.cache`): the refused one may have gone
+        stale before its time (revoked, rotated). ``None`` by default: nothing cached, nothing to renew.
+        """
+        return None
+
     def local_problem(self, profile: ProfileView) -> Exception | None:
         """After a failed connect: what on this machine libpq would have refused (a key, a file), if anything.
 

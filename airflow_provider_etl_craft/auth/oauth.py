@@ -1,17 +1,25 @@
-"""``auth_mode: oauth``: an OAuth 2.0 client-credentials access token, fetched for each new connection."""
+"""``auth_mode: oauth``: an OAuth 2.0 client-credentials access token, kept in the process until shortly before
+it expires (:mod:`.cache`)."""
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
+from airflow_provider_etl_craft.auth.cache import ExpiringCache, secret_id
 from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreachableError
 
 #: Seconds to wait for the token endpoint.
 TOKEN_TIMEOUT = 30.0
+#: Seconds a token is taken to be valid when the answer has no ``expires_in`` (RFC 6749 makes it optional).
+DEFAULT_LIFETIME = 300.0
+
+#: Access tokens by (token URL, client id, scope, an id of the client secret, never the secret).
+_TOKENS: ExpiringCache[str] = ExpiringCache()
 
 
 class OAuthAuth(AuthMode):
@@ -20,15 +28,26 @@ class OAuthAuth(AuthMode):
 
     The endpoint must be ``https`` (plain ``http`` only on a loopback address, for local testing). Every
     token is registered with Airflow's secret masker; no error message carries the client secret or a token.
+    A token is reused by the process's connections until shortly before its ``expires_in`` runs out
+    (:data:`DEFAULT_LIFETIME` without one); a login refused with a reused token fetches a new one, once.
     """
 
     def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
-        return {"user": profile.user, "password": fetch_token(profile)}
+        token = _TOKENS.get(_key(profile), lambda: fetch_token(profile))
+        _compat.mask_secret(token)  # again on every use: a no-op unless the masker was reset since
+        return {"user": profile.user, "password": token}
+
+    def renew_kwargs(self, profile: ProfileView, refused: Mapping[str, Any]) -> dict[str, Any] | None:
+        token = _TOKENS.renew(_key(profile), refused["password"], lambda: fetch_token(profile))
+        if token is None:
+            return None
+        _compat.mask_secret(token)
+        return {"user": profile.user, "password": token}
 
 
 OAUTH = OAuthAuth(
     "oauth",
-    "an OAuth 2 client-credentials token, fetched per connection",
+    "an OAuth 2 client-credentials token, cached per process until shortly before it expires",
     (
         USER,
         Field("client_id", "OAuth client id", "the client id"),
@@ -39,8 +58,19 @@ OAUTH = OAuthAuth(
 )
 
 
-def fetch_token(profile: ProfileView) -> str:
-    """One client-credentials token request; the token is masked before it is returned.
+def _key(profile: ProfileView) -> tuple[str | None, ...]:
+    fields = profile.fields
+    return (
+        fields["token_url"],
+        fields["client_id"],
+        fields.get("scope"),
+        secret_id(profile.secrets["secret"]),
+    )
+
+
+def fetch_token(profile: ProfileView) -> tuple[str, float]:
+    """One client-credentials token request: the token, masked before it is returned, and its lifetime in
+    seconds (``expires_in``; :data:`DEFAULT_LIFETIME` without one, 0 when it is not a positive number).
 
     :raises ConfigurationError: the endpoint refused, or its answer has no usable ``access_token``.
     :raises EngineUnreachableError: the endpoint did not answer (a retry may succeed).
@@ -90,7 +120,21 @@ def fetch_token(profile: ProfileView) -> str:
             "endpoint of the identity provider?"
         )
     _compat.mask_secret(token)
-    return token
+    return token, _lifetime(body)
+
+
+def _lifetime(body: dict[str, Any]) -> float:
+    if "expires_in" not in body:
+        return DEFAULT_LIFETIME
+    value = body["expires_in"]
+    if isinstance(value, str):  # some providers send it as a JSON string
+        try:
+            value = float(value)
+        except ValueError:
+            return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return 0.0  # unusable: the token is used once, not cached
+    return float(value)
 
 
 def _check_url(url: str, where: str) -> None:

@@ -3,27 +3,79 @@
 With ``role_arn`` the token is signed with credentials from STS ``AssumeRole``; otherwise with boto3's
 default credential chain (environment, instance or task role, …). ``sslmode=require`` unless the URL sets
 ``sslmode``. boto3 comes with the ``[aws]`` extra.
+
+Both are kept in this process's memory (:mod:`.cache`): the assumed role's credentials until shortly before
+their ``Expiration``; a token (botocore signs it locally, valid 15 minutes) until shortly before it, or the
+credentials that signed it, expire. A login refused with a cached token drops both and signs once more.
 """
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
+from airflow_provider_etl_craft.auth.cache import ExpiringCache
 from airflow_provider_etl_craft.engine.url import PostgresTarget
 from airflow_provider_etl_craft.errors import ConfigurationError
 
 SESSION_NAME = "etl-craft-airflow"
+#: Seconds an RDS IAM token is valid: botocore's ``generate_db_auth_token`` presigns it for 900 seconds.
+TOKEN_LIFETIME = 900.0
+
+
+@dataclass(frozen=True)
+class RoleKeys:
+    """Temporary credentials of an assumed role, and when AWS expires them."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    session_token: str = field(repr=False)
+    expiration: datetime.datetime
+
+    def seconds_left(self) -> float:
+        return (self.expiration - datetime.datetime.now(datetime.UTC)).total_seconds()
+
+
+#: AssumeRole credentials by (region, role ARN, session name).
+_ROLES: ExpiringCache[RoleKeys] = ExpiringCache()
+#: RDS tokens by (host, port, user, region, role ARN or None).
+_TOKENS: ExpiringCache[str] = ExpiringCache()
 
 
 class StsAuth(AuthMode):
-    """Signs a fresh RDS IAM token for every connection; TLS is required unless the URL says otherwise."""
+    """Signs an RDS IAM token per profile and process (cached, see the module); TLS is required unless the URL
+    says otherwise."""
 
     def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
+        target = self._target(profile)
+        token = _TOKENS.get(_token_key(profile, target), lambda: rds_token(profile, target))
+        return self._kwargs(profile, target, token)
+
+    def renew_kwargs(self, profile: ProfileView, refused: Mapping[str, Any]) -> dict[str, Any] | None:
+        target = self._target(profile)
+
+        def sign_anew() -> tuple[str, float]:
+            if profile.fields.get("role_arn"):
+                _ROLES.discard(_role_key(profile))  # the role's session may have been revoked
+            return rds_token(profile, target)
+
+        token = _TOKENS.renew(_token_key(profile, target), refused["password"], sign_anew)
+        return None if token is None else self._kwargs(profile, target, token)
+
+    @staticmethod
+    def _target(profile: ProfileView) -> PostgresTarget:
         target = profile.target
         assert isinstance(target, PostgresTarget)
-        kwargs: dict[str, Any] = {"user": profile.user, "password": rds_token(profile, target)}
+        return target
+
+    @staticmethod
+    def _kwargs(profile: ProfileView, target: PostgresTarget, token: str) -> dict[str, Any]:
+        _compat.mask_secret(token)  # again on every use: a no-op unless the masker was reset since
+        kwargs: dict[str, Any] = {"user": profile.user, "password": token}
         if "sslmode" not in target.settings:
             kwargs["sslmode"] = "require"
         return kwargs
@@ -31,7 +83,7 @@ class StsAuth(AuthMode):
 
 STS = StsAuth(
     "sts",
-    "an AWS RDS IAM token, signed per connection",
+    "an AWS RDS IAM token, cached per process until shortly before it expires",
     (
         USER,
         Field("region", "AWS region", "the RDS region"),
@@ -40,8 +92,18 @@ STS = StsAuth(
 )
 
 
-def rds_token(profile: ProfileView, target: PostgresTarget) -> str:
-    """A fresh RDS IAM token for ``target`` (valid 15 minutes), registered with the secret masker.
+def _role_key(profile: ProfileView) -> tuple[str, ...]:
+    return (profile.fields["region"], profile.fields["role_arn"], SESSION_NAME)
+
+
+def _token_key(profile: ProfileView, target: PostgresTarget) -> tuple[Any, ...]:
+    region, role_arn = profile.fields["region"], profile.fields.get("role_arn")
+    return (target.host, target.port, profile.user, region, role_arn)
+
+
+def rds_token(profile: ProfileView, target: PostgresTarget) -> tuple[str, float]:
+    """A new RDS IAM token for ``target``, registered with the secret masker, and its lifetime in seconds
+    (15 minutes, less if the assumed role's credentials expire sooner).
 
     :raises ConfigurationError: boto3 missing, no AWS credentials, AssumeRole refused.
     """
@@ -55,17 +117,16 @@ def rds_token(profile: ProfileView, target: PostgresTarget) -> str:
         ) from None
     region, role_arn = profile.fields["region"], profile.fields.get("role_arn")
     where = f"{profile.origin}: {profile.setting('auth_mode')} 'sts'"
+    lifetime = TOKEN_LIFETIME
     try:
         session = boto3.session.Session(region_name=region)
         if role_arn:
-            answer = session.client("sts").assume_role(RoleArn=role_arn, RoleSessionName=SESSION_NAME)
-            creds = answer["Credentials"]
-            for value in (creds["SecretAccessKey"], creds["SessionToken"]):
-                _compat.mask_secret(value)
+            keys = _ROLES.get(_role_key(profile), lambda: _assume_role(session, role_arn))
+            lifetime = min(lifetime, keys.seconds_left())
             session = boto3.session.Session(
-                aws_access_key_id=creds["AccessKeyId"],
-                aws_secret_access_key=creds["SecretAccessKey"],
-                aws_session_token=creds["SessionToken"],
+                aws_access_key_id=keys.access_key_id,
+                aws_secret_access_key=keys.secret_access_key,
+                aws_session_token=keys.session_token,
                 region_name=region,
             )
         token = session.client("rds").generate_db_auth_token(
@@ -83,4 +144,17 @@ def rds_token(profile: ProfileView, target: PostgresTarget) -> str:
             f"and {profile.setting('region')}"
         ) from None
     _compat.mask_secret(token)
-    return token
+    return token, lifetime
+
+
+def _assume_role(session: Any, role_arn: str) -> tuple[RoleKeys, float]:
+    """One STS ``AssumeRole`` call; the credentials' secrets are masked, their lifetime is up to ``Expiration``."""
+    answer = session.client("sts").assume_role(RoleArn=role_arn, RoleSessionName=SESSION_NAME)
+    creds = answer["Credentials"]
+    for value in (creds["SecretAccessKey"], creds["SessionToken"]):
+        _compat.mask_secret(value)
+    expiration = creds["Expiration"]  # botocore parses it into an aware datetime
+    if expiration.tzinfo is None:
+        expiration = expiration.replace(tzinfo=datetime.UTC)
+    keys = RoleKeys(creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"], expiration)
+    return keys, keys.seconds_left()

@@ -4,15 +4,19 @@ The token endpoint is an ``http.server`` on 127.0.0.1 (plain http is allowed onl
 the form the provider posts and answers with the ``etl_oauth`` role's scram password as ``access_token``, so
 a successful login proves that the token reached PostgreSQL as the password. It can be switched to
 refuse (401, echoing the client secret like a careless identity provider), to answer without
-``access_token`` or with an HTML page.
+``access_token`` or with an HTML page; it counts the requests, so the tests of the per-process token cache
+count at the server.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import multiprocessing
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -51,6 +55,10 @@ class TokenEndpoint:
     access_token: str
     #: ok | unauthorized | no_token | html | no_token_echo | html_echo
     mode: str = "ok"
+    #: The ``expires_in`` of a token answer; ``None``: the answer has none.
+    expires_in: int | None = 300
+    #: Seconds to wait before answering (so that racing clients overlap).
+    delay: float = 0.0
     requests: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -63,6 +71,7 @@ class TokenEndpoint:
             k: v[0] if len(v) == 1 else v for k, v in parse_qs(body.decode(), keep_blank_values=True).items()
         }
         self.requests.append({"path": path, "content_type": content_type, "form": form})
+        time.sleep(self.delay)
         problems = []
         if path != "/token":
             problems.append(f"path {path}")
@@ -90,7 +99,10 @@ class TokenEndpoint:
             return 200, f"text/html; client={self.client_secret}", b"<html><body>Sign in</body></html>"
         if self.mode == "html":
             return 200, "text/html; charset=utf-8", b"<html><body><h1>Sign in</h1></body></html>"
-        return _json(200, {"access_token": self.access_token, "token_type": "Bearer", "expires_in": 300})
+        answer: dict[str, Any] = {"access_token": self.access_token, "token_type": "Bearer"}
+        if self.expires_in is not None:
+            answer["expires_in"] = self.expires_in
+        return _json(200, answer)
 
 
 def _json(status: int, body: dict[str, Any]) -> tuple[int, str, bytes]:
@@ -205,7 +217,7 @@ def test_the_access_token_logs_in_as_etl_oauth_and_init_db_works(make_hook, endp
     )
 
     assert endpoint.problems == []
-    assert endpoint.count >= 2
+    assert endpoint.count == 1  # every connection of init-db and the queries used the one token
     first = endpoint.requests[0]
     assert first["path"] == "/token"
     assert first["content_type"].startswith("application/x-www-form-urlencoded")
@@ -214,19 +226,20 @@ def test_the_access_token_logs_in_as_etl_oauth_and_init_db_works(make_hook, endp
 
 
 @pytest.mark.parametrize("source", SOURCES)
-def test_every_new_connection_fetches_its_own_token(make_hook, endpoint, source: str) -> None:
+def test_the_connections_of_a_process_share_one_token(make_hook, endpoint, source: str) -> None:
     hook = make_hook(source)
     hook.engine_profile  # noqa: B018 (resolve the profile first: that alone must not fetch a token)
     assert endpoint.count == 0
 
-    first, second = hook.get_conn(), hook.get_conn()
+    connections = [hook.get_conn() for _ in range(5)]
     try:
-        assert endpoint.count == 2
-        assert first.get_backend_pid() != second.get_backend_pid()
+        assert endpoint.count == 1
+        assert len({conn.get_backend_pid() for conn in connections}) == 5
     finally:
-        first.close()
-        second.close()
-    assert endpoint.problems == []
+        for conn in connections:
+            conn.close()
+    assert _scalar(make_hook(source), "SELECT current_user") == ROLE  # a new hook on the same profile too
+    assert endpoint.count == 1 and endpoint.problems == []
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -264,6 +277,7 @@ def test_a_token_the_server_does_not_accept_is_a_login_error(make_hook, endpoint
         hook.get_conn()
     assert endpoint.access_token not in str(caught.value)
     assert endpoint.client_secret not in str(caught.value)
+    assert endpoint.count == 1  # a token fetched for this login and refused: no second one
 
 
 # --------------------------------------------------------------------------- token endpoint failures
@@ -352,3 +366,124 @@ def test_unsafe_token_urls_are_refused_before_any_request(
     message = str(caught.value)
     assert "hunter2-in-url" not in message
     assert endpoint.client_secret not in message
+
+
+# --------------------------------------------------------------------------- the per-process token cache
+
+
+@pytest.fixture
+def set_role_password(pg_cluster) -> Iterator[Callable[[str], None]]:
+    """Rotate etl_oauth's password (bound parameter); the session's password is restored afterwards."""
+    admin = pg_cluster.admin_connect()
+
+    def set_password(password: str) -> None:
+        admin.cursor().execute(sql.SQL("ALTER ROLE {} PASSWORD %s").format(sql.Identifier(ROLE)), (password,))
+
+    try:
+        yield set_password
+    finally:
+        set_password(pg_cluster.passwords[ROLE])
+        admin.close()
+
+
+def test_threads_racing_for_a_token_cause_one_request(make_hook, endpoint) -> None:
+    endpoint.delay = 0.3  # every thread misses the cache before the first answer arrives
+    hook = make_hook("profile")
+    hook.engine  # noqa: B018 (resolved once, before the threads)
+    start = threading.Barrier(8)
+    users: list[str] = []
+
+    def connect() -> None:
+        start.wait()
+        users.append(_scalar(hook, "SELECT current_user"))
+
+    threads = [threading.Thread(target=connect) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert users == [ROLE] * 8
+    assert endpoint.count == 1
+
+
+def test_a_token_is_fetched_anew_after_its_refresh_point(make_hook, endpoint) -> None:
+    endpoint.expires_in = 2  # refreshed halfway: after 1 s
+    hook = make_hook("profile")
+    assert _scalar(hook, "SELECT current_user") == ROLE
+    assert _scalar(hook, "SELECT current_user") == ROLE
+    assert endpoint.count == 1
+    time.sleep(1.1)
+    assert _scalar(hook, "SELECT current_user") == ROLE
+    assert endpoint.count == 2
+    assert _scalar(hook, "SELECT current_user") == ROLE
+    assert endpoint.count == 2
+
+
+def test_without_expires_in_the_token_is_kept_for_the_default_lifetime(make_hook, endpoint) -> None:
+    endpoint.expires_in = None
+    hook = make_hook("profile")
+    for _ in range(3):
+        assert _scalar(hook, "SELECT current_user") == ROLE
+    assert endpoint.count == 1
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_a_cached_token_refused_at_login_is_fetched_anew_once(
+    make_hook, endpoint, set_role_password, caplog, source: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    hook = make_hook(source)
+    first = endpoint.access_token
+    assert _scalar(hook, "SELECT current_user") == ROLE
+    assert endpoint.count == 1
+
+    endpoint.access_token = secrets.token_urlsafe(32)  # the identity provider rotates the role's token
+    set_role_password(endpoint.access_token)
+    assert _scalar(hook, "SELECT current_user") == ROLE  # the cached token is refused, a new one works
+    assert endpoint.count == 2
+    assert _scalar(hook, "SELECT current_user") == ROLE
+    assert endpoint.count == 2  # the new token is the cached one now
+
+    for value in (first, endpoint.access_token, endpoint.client_secret):
+        assert value not in caplog.text
+        assert value not in _compat.redact(f"x {value} y")
+
+
+def test_a_second_refusal_is_the_configuration_error_without_a_loop(
+    make_hook, endpoint, set_role_password, caplog
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    hook = make_hook("profile")
+    assert _scalar(hook, "SELECT current_user") == ROLE
+    set_role_password(secrets.token_urlsafe(32))  # no token of the endpoint's logs in any more
+
+    with pytest.raises(ConfigurationError, match="refused the login") as caught:
+        hook.get_conn()
+    assert not isinstance(caught.value, EngineUnreachableError)
+    assert endpoint.count == 2  # the cached token, then one fresh one: no more
+    for value in (endpoint.access_token, endpoint.client_secret):
+        assert value not in str(caught.value)
+        assert value not in caplog.text
+
+
+def _connect_twice(hook: EngineDBHook) -> None:
+    for _ in range(2):
+        assert _scalar(hook, "SELECT current_user") == ROLE
+
+
+def test_each_process_fetches_its_own_token(make_hook, endpoint) -> None:
+    hook = make_hook("profile")
+    _connect_twice(hook)
+    assert endpoint.count == 1
+
+    # Forked children start with an empty cache (not the parent's token) and keep their own.
+    context = multiprocessing.get_context("fork")
+    children = [context.Process(target=_connect_twice, args=(hook,)) for _ in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+    assert [child.exitcode for child in children] == [0, 0]
+    assert endpoint.count == 3
+    _connect_twice(hook)
+    assert endpoint.count == 3  # the parent's token is still cached

@@ -4,16 +4,19 @@ PostgreSQL cannot check an AWS signature, so the test does what RDS would accept
 signature is deterministic, the test computes the token the hook will send and makes it ``etl_sts``'s
 password (``pg_hba``: scram over ``hostssl`` only). A successful login therefore proves that the token was
 the password and that TLS was used. AssumeRole is stubbed with botocore's Stubber (exact credentials, so the
-token can be precomputed) and exercised once through moto.
+token can be precomputed) and exercised once through moto. A stubbed client answers one AssumeRole, so the
+tests of the per-process cache count the calls.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 import secrets
 import string
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -157,13 +160,19 @@ def login(hook: EngineDBHook) -> tuple[str, bool]:
 
 
 def stub_assume_role(monkeypatch: pytest.MonkeyPatch, *, answer: AwsKeys | None = None,
-                     error: tuple[str, str] | None = None) -> list[Any]:  # fmt: skip
-    """Attach a botocore Stubber to every STS client boto3 creates; returns the stubbers created."""
+                     error: tuple[str, str] | None = None, answers: list[AwsKeys] | None = None,
+                     lifetime: datetime.timedelta = datetime.timedelta(hours=1)) -> list[Any]:  # fmt: skip
+    """Attach a botocore Stubber to every STS client boto3 creates; returns the stubbers created.
+
+    Each client answers one AssumeRole: with ``answer``, or the next of ``answers``, valid for ``lifetime``
+    from the (frozen) time of the call.
+    """
     import boto3
     from botocore.stub import ANY, Stubber
 
     real_client = boto3.session.Session.client
     stubbers: list[Any] = []
+    queue = list(answers) if answers else [answer] * 100
 
     def client(self: Any, service_name: str, *args: Any, **kwargs: Any) -> Any:
         created = real_client(self, service_name, *args, **kwargs)
@@ -174,13 +183,14 @@ def stub_assume_role(monkeypatch: pytest.MonkeyPatch, *, answer: AwsKeys | None 
                 stubber.add_client_error("assume_role", service_error_code=error[0], service_message=error[1],
                                          http_status_code=403, expected_params=params)  # fmt: skip
             else:
-                assert answer is not None
+                keys = queue.pop(0)
+                assert keys is not None
                 response = {
                     "Credentials": {
-                        "AccessKeyId": answer.access_key_id,
-                        "SecretAccessKey": answer.secret_access_key,
-                        "SessionToken": answer.session_token,
-                        "Expiration": datetime.datetime(2026, 1, 15, 13, 0, tzinfo=datetime.UTC),
+                        "AccessKeyId": keys.access_key_id,
+                        "SecretAccessKey": keys.secret_access_key,
+                        "SessionToken": keys.session_token,
+                        "Expiration": datetime.datetime.now(datetime.UTC) + lifetime,
                     },
                     "AssumedRoleUser": {
                         "AssumedRoleId": "AROA3XFRBF535PLBIFPI4:etl-craft-airflow",
@@ -330,3 +340,128 @@ def test_a_missing_region_is_named(make_hook, aws_env, source: str) -> None:
     assert ("Engine.prod.region" if source == "profile" else f"connection '{CONN_ID}'.region") in str(
         caught.value
     )
+
+
+# --------------------------------------------------------------------------- the per-process cache
+
+
+def _not_botocores(caplog: pytest.LogCaptureFixture) -> str:
+    """The captured log without botocore's own DEBUG lines (they show the request it signs, session token
+    included, which Airflow's masker hides: the session token is masked before signing)."""
+    return "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("botocore"))
+
+
+def _assumed() -> AwsKeys:
+    return AwsKeys(_key_id("ASIA"), secrets.token_urlsafe(30), secrets.token_urlsafe(90))
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_the_role_and_the_token_are_reused_until_their_refresh_points(
+    make_hook, pg_cluster, aws_env, set_sts_password, monkeypatch, source: str
+) -> None:
+    first, second = _assumed(), _assumed()
+    stubbers = stub_assume_role(monkeypatch, answers=[first, second])  # each valid for 1 h
+    hook = make_hook(source, role_arn=ROLE_ARN)
+    with freeze_time(FROZEN) as frozen:
+        set_sts_password(expected_token(pg_cluster, first))
+        for _ in range(3):
+            assert login(hook) == (ROLE, True)
+        assert len(stubbers) == 1
+
+        frozen.move_to("2026-01-15 12:10:00")  # a token is used for 810 s (15 min less 90 s)
+        assert login(hook) == (ROLE, True)  # the password is still the 12:00 token: it was reused
+
+        frozen.move_to("2026-01-15 12:14:00")  # signed anew, with the cached role credentials
+        set_sts_password(expected_token(pg_cluster, first))
+        assert login(hook) == (ROLE, True)
+        assert len(stubbers) == 1
+
+        frozen.move_to("2026-01-15 12:55:00")  # role credentials are used for 54 min (1 h less 6 min)
+        set_sts_password(expected_token(pg_cluster, second))
+        assert login(hook) == (ROLE, True)
+        assert len(stubbers) == 2
+    for stubber in stubbers:
+        stubber.assert_no_pending_responses()
+
+
+def test_threads_racing_for_a_token_cause_one_assume_role(
+    make_hook, pg_cluster, aws_env, set_sts_password, monkeypatch
+) -> None:
+    assumed = _assumed()
+    stubbers = stub_assume_role(monkeypatch, answers=[assumed])  # a second AssumeRole would fail
+    hook = make_hook("profile", role_arn=ROLE_ARN)
+    hook.engine  # noqa: B018 (resolved once, before the threads)
+    start = threading.Barrier(6)
+    results: list[tuple[str, bool]] = []
+    with freeze_time(FROZEN):
+        set_sts_password(expected_token(pg_cluster, assumed))
+
+        def connect() -> None:
+            start.wait()
+            results.append(login(hook))
+
+        threads = [threading.Thread(target=connect) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    assert results == [(ROLE, True)] * 6
+    assert len(stubbers) == 1
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_a_cached_token_refused_at_login_assumes_the_role_anew_once(
+    make_hook, pg_cluster, aws_env, set_sts_password, monkeypatch, caplog, source: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    first, second = _assumed(), _assumed()
+    stubbers = stub_assume_role(monkeypatch, answers=[first, second])
+    hook = make_hook(source, role_arn=ROLE_ARN)
+    with freeze_time(FROZEN) as frozen:
+        old = expected_token(pg_cluster, first)
+        set_sts_password(old)
+        assert login(hook) == (ROLE, True)
+
+        frozen.move_to("2026-01-15 12:01:00")  # the role's session is revoked: only new credentials work
+        new = expected_token(pg_cluster, second)
+        set_sts_password(new)
+        assert login(hook) == (ROLE, True)
+        assert len(stubbers) == 2
+        assert login(hook) == (ROLE, True)
+        assert len(stubbers) == 2
+    ours = _not_botocores(caplog)
+    for value in (old, new, second.secret_access_key, second.session_token):
+        assert value not in ours
+        assert value not in _compat.redact(
+            caplog.text
+        )  # botocore's DEBUG lines, as Airflow's masker shows them
+
+
+def test_a_second_refusal_is_the_configuration_error_without_a_loop(
+    make_hook, pg_cluster, aws_env, set_sts_password, monkeypatch, caplog
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    first, second, third = _assumed(), _assumed(), _assumed()
+    stubbers = stub_assume_role(monkeypatch, answers=[first, second, third])
+    hook = make_hook("profile", role_arn=ROLE_ARN)
+    with freeze_time(FROZEN):
+        old = expected_token(pg_cluster, first)
+        set_sts_password(old)
+        assert login(hook) == (ROLE, True)
+        set_sts_password(secrets.token_urlsafe(32))
+        with pytest.raises(ConfigurationError, match="refused the login") as caught:
+            hook.get_conn()
+        renewed = expected_token(pg_cluster, second)
+    assert len(stubbers) == 2  # the cached token, then one renewal: no loop
+    ours = _not_botocores(caplog)
+    for value in (old, renewed, first.session_token, second.session_token):
+        assert value not in str(caught.value)
+        assert value not in ours
+        assert value not in _compat.redact(caplog.text)
+
+
+def test_a_fresh_token_refused_at_login_is_not_renewed(make_hook, pg_cluster, aws_env, monkeypatch) -> None:
+    stubbers = stub_assume_role(monkeypatch, answers=[_assumed(), _assumed()])
+    with freeze_time(FROZEN), pytest.raises(ConfigurationError, match="refused the login"):
+        make_hook("profile", role_arn=ROLE_ARN).get_conn()  # the role's password is no token
+    assert len(stubbers) == 1

@@ -35,6 +35,9 @@ class ServerAnswer:
     sqlstate: str | None = None
     message: str | None = None
     tls_error: str | None = None
+    #: It asked for authentication: it would take a session for this user and database, so a failed
+    #: connect was refused at the login (the credential).
+    asked_login: bool = False
 
 
 def ask(
@@ -74,8 +77,10 @@ def ask(
         return ServerAnswer(reachable=True)  # it answered TCP, then closed or went quiet
     finally:
         sock.close()
+    if kind == b"R":  # an authentication request, not a refusal; one for a credential unless AuthenticationOk
+        return ServerAnswer(reachable=True, asked_login=body[:4] != b"\0\0\0\0")
     if kind != b"E":
-        return ServerAnswer(reachable=True)  # an authentication request (or another message): not a refusal
+        return ServerAnswer(reachable=True)  # another message: not a refusal
     fields = {
         chunk[:1].decode("ascii", "replace"): chunk[1:].decode("utf-8", "replace")
         for chunk in body.split(b"\0")

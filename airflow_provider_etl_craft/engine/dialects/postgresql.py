@@ -41,6 +41,8 @@ _MISSING = ("42P01", "42703", "3F000", "42883")
 _INSUFFICIENT_PRIVILEGE = "42501"
 _INVALID_CATALOG = "3D000"
 _READ_ONLY_TRANSACTION = "25006"
+#: SQLSTATEs of a refused login (invalid_password, invalid_authorization_specification), if the driver has one.
+_LOGIN_REFUSED = ("28P01", "28000")
 #: libpq settings sent as startup parameters that connection poolers refuse unless their
 #: ``ignore_startup_parameters`` lists them (PgBouncer passes only client_encoding, DateStyle, TimeZone,
 #: standard_conforming_strings and application_name; RDS Proxy pins or refuses the rest).
@@ -99,24 +101,40 @@ class PostgresDialect(EngineDialect[PgConnection]):
 
         No ``options`` of its own (poolers refuse that startup parameter); the URL's are passed as given.
         """
-        target, profile = self.target, self.profile
-        kwargs: dict[str, Any] = {
+        return self._with_target(self.profile.auth.connect_kwargs(self.profile))
+
+    def _with_target(self, auth_kwargs: dict[str, Any]) -> dict[str, Any]:
+        target = self.target
+        return {
             "connect_timeout": DEFAULT_CONNECT_TIMEOUT,
             "application_name": DEFAULT_APPLICATION_NAME,
             **target.settings,
             "host": target.host,
             "port": target.port,
             "dbname": target.database,
+            **auth_kwargs,
         }
-        kwargs.update(profile.auth.connect_kwargs(profile))
-        return kwargs
+
+    def _open(self, driver: PgDriver) -> PgConnection:
+        """A session with the auth mode's credential; when the server refuses that login, the mode may renew a
+        credential it cached (:meth:`AuthMode.renew_kwargs`) and the login is tried once more, never twice."""
+        auth, profile = self.profile.auth, self.profile
+        auth_kwargs = auth.connect_kwargs(profile)
+        try:
+            return driver.connect(**self._with_target(auth_kwargs))
+        except driver.OperationalError as exc:
+            error, login_refused = self._connect_error(exc)
+        # Outside the handler: an error of the renewal (the token endpoint is down) carries no driver error.
+        renewed = auth.renew_kwargs(profile, auth_kwargs) if login_refused else None
+        if renewed is None:
+            raise error
+        try:
+            return driver.connect(**self._with_target(renewed))
+        except driver.OperationalError as exc:
+            raise self._connect_error(exc)[0] from None
 
     def connect(self, create: bool = False) -> PgConnection:  # a server database is never created here
-        driver = self._driver_module()
-        try:
-            conn = driver.connect(**self.connect_kwargs())
-        except driver.OperationalError as exc:
-            raise self._connect_error(exc) from None
+        conn = self._open(self._driver_module())
         conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.profile.schema,))
@@ -268,16 +286,16 @@ class PostgresDialect(EngineDialect[PgConnection]):
             )
         return EngineDBError(f"the Engine DB {where} refused a command ({said})")
 
-    def _connect_error(self, exc: Exception) -> Exception:
+    def _connect_error(self, exc: Exception) -> tuple[Exception, bool]:
         """Why libpq could not open a session, decided by what the server answers (:mod:`.pg_probe`), by
-        SQLSTATE where it gives one, never by libpq's text (which is shown, not read)."""
-        detail = (str(exc).strip().splitlines() or ["no detail"])[0]
+        SQLSTATE where it gives one, never by libpq's text (which is shown, not read); and whether the login
+        itself was refused: the server asked the probe to authenticate (so it would take a session for this
+        user and database), or the driver reports an authentication SQLSTATE."""
         target, profile = self.target, self.profile
         # The client's own key or file first: libpq may have failed before the server had a say.
         local = profile.auth.local_problem(profile)
         if local is not None:
-            return local
-        where = f"{self.describe()} as {profile.user or 'the default role'} ({profile.describe()})"
+            return local, False
         timeout = float(target.settings.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT)
         startup = {
             k: target.settings[k]
@@ -293,6 +311,14 @@ class PostgresDialect(EngineDialect[PgConnection]):
             target.settings,
             max(1.0, min(timeout, 10.0)),
         )
+        login_refused = answer.asked_login or locks.sqlstate(exc) in _LOGIN_REFUSED
+        return self._refusal(exc, answer), login_refused
+
+    def _refusal(self, exc: Exception, answer: pg_probe.ServerAnswer) -> Exception:
+        """The error for a failed connect, given the server's answer to the probe."""
+        detail = (str(exc).strip().splitlines() or ["no detail"])[0]
+        target, profile = self.target, self.profile
+        where = f"{self.describe()} as {profile.user or 'the default role'} ({profile.describe()})"
         if not answer.reachable:
             return EngineUnreachableError(
                 f"cannot reach the Engine DB {where}: {detail}; check host, port and network (a retry may succeed)"

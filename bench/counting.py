@@ -55,6 +55,9 @@ class RoundTripCounter:
         self.close_seconds: list[float] = []
         #: The statements each operation sent (their first words), to show where the round trips go.
         self.texts: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        #: SQL statements inside the round trips, as a server counts them: one round trip may carry several
+        #: (the PostgreSQL dialect sends ``SET LOCAL search_path …; <statement>`` in one execute).
+        self.server_statements = 0
 
     @contextmanager
     def operation(self, name: str) -> Iterator[None]:
@@ -69,6 +72,8 @@ class RoundTripCounter:
     def hit(self, kind: str, n: int = 1, statement: Any = None) -> None:
         """Count ``n`` round trips of ``kind`` for the current operation (``statement``: the SQL sent)."""
         self.counts[self.current][kind] += n
+        if kind != "connect":
+            self.server_statements += n * (sql_statements(statement) if statement is not None else 1)
         if statement is not None:
             self.texts[self.current][_head(statement)] += n
 
@@ -96,6 +101,23 @@ class RoundTripCounter:
         out["statements"] = self.statements(op) / calls
         out["total"] = self.round_trips(op) / calls
         return out
+
+
+def sql_statements(statement: Any) -> int:
+    """How many SQL statements one text holds: its ``;``-separated non-empty parts outside quotes."""
+    text = statement.decode(errors="replace") if isinstance(statement, bytes) else str(statement)
+    parts, quote, current = 0, "", ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == ";":
+            parts += bool(current.strip())
+            current = ""
+            continue
+        current += char
+    return max(1, parts + bool(current.strip()))
 
 
 def _head(statement: Any) -> str:

@@ -136,9 +136,8 @@ def init_engine(config_path: Path) -> Any:
 def seed_pipelines(hook: Any, pipelines: Iterable[tuple[str, Sequence[str]]]) -> None:
     """Insert one active CFG_PIPELINES row per pipeline code and one CFG_TASKS row per task code (plain INSERTs)."""
     engine = hook.engine
-    with closing(engine.connect()) as conn:
-        cur = conn.cursor()
-        cur.execute("BEGIN")
+    # In the dialect's transaction: on PostgreSQL it sets the Engine schema (connections keep no search_path).
+    with closing(engine.connect()) as conn, engine.transaction(conn) as cur:
         for code, task_codes in pipelines:
             cur.execute(
                 engine.sql("INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, SLA_IN_HOURS, REFRESH_TYPE, "
@@ -152,8 +151,6 @@ def seed_pipelines(hook: Any, pipelines: Iterable[tuple[str, Sequence[str]]]) ->
                                "WHERE PIPELINE_CODE = ? AND ACTIVE_FLAG = 'Y'"),
                     (task_code, code),
                 )  # fmt: skip
-        cur.execute("COMMIT")
-        cur.close()
 
 
 def task_codes(n: int) -> tuple[str, ...]:

@@ -7,6 +7,8 @@
    one-row INSERT transaction on the same server in the same run (:mod:`bench.contention`).
 3. Airflow-level overhead: ``dag.test()`` of a plain vs a recorded 20-task DAG (:mod:`bench.airflow_overhead`,
    in a subprocess).
+4. Under a real scheduler (:mod:`bench.scheduler`, in a subprocess): recorded vs plain DAG runs and claim
+   hand-off latency in an Airflow deployment (LocalExecutor, SQLite and PostgreSQL Engine DBs).
 
 **One round trip** is one statement or transaction-control message sent to the database and waited for:
 with psycopg2 in autocommit mode (the provider's connections) every ``cursor.execute`` is one round trip —
@@ -61,7 +63,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dag-repeats", type=int, help="part 3: measured runs of each DAG (default 4; quick 1)"
     )
-    parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow"],
+    parser.add_argument(
+        "--sched-repeats", type=int, help="part 4: ABBA rounds of each DAG (default 3; quick 1)"
+    )
+    parser.add_argument(
+        "--handoffs", type=int, help="part 4: hand-offs per Engine DB and wait mode (default 10; quick 3)"
+    )
+    parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow", "scheduler"],
                         help="leave a part out (repeatable)")  # fmt: skip
     parser.add_argument("--keep-workdir", action="store_true", help="keep the temporary work directory")
     args = parser.parse_args(argv)
@@ -72,6 +80,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.procs = tuple(int(p) for p in (args.procs or ("1,2" if quick else "1,4,16")).split(","))
     args.dag_tasks = args.dag_tasks or (5 if quick else 20)
     args.dag_repeats = args.dag_repeats or (1 if quick else 4)
+    args.sched_repeats, args.handoffs = (
+        args.sched_repeats or (1 if quick else 3),
+        args.handoffs or (3 if quick else 10),
+    )
     return args
 
 
@@ -111,7 +123,7 @@ def run_airflow_part(workdir: Path, tasks: int, repeats: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     # Imported here, not at module level: spawned worker processes re-import this module as __mp_main__,
     # and should not pay for Airflow twice.
-    from bench import bookkeeping, contention, engines, report
+    from bench import bookkeeping, contention, engines, report, scheduler
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     args = parse_args(argv)
@@ -173,6 +185,16 @@ def main(argv: list[str] | None = None) -> int:
                 results["airflow"] = run_airflow_part(workdir, args.dag_tasks, args.dag_repeats)
             except RuntimeError as exc:
                 results["airflow"] = {"error": str(exc).splitlines()[0]}
+                failures.append(str(exc))
+        if "scheduler" not in args.skip:
+            log(f"part 4, real scheduler: {args.dag_tasks}-task chains x (1 + {args.sched_repeats} ABBA), "
+                f"{args.handoffs} claim hand-offs per Engine DB and wait mode")  # fmt: skip
+            try:
+                results["scheduler"] = scheduler.run_part(
+                    workdir, args.dag_tasks, args.sched_repeats, args.handoffs
+                )
+            except RuntimeError as exc:
+                results["scheduler"] = {"error": str(exc).splitlines()[0]}
                 failures.append(str(exc))
     finally:
         if pg is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bench import scheduler as scheduler_part
 from bench.bookkeeping import OPERATIONS
 
 #: Round-trip budgets per task (statements of the operation itself).
@@ -211,6 +212,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "target": f"recorded DAG <= {AIRFLOW_TARGET:.2f}x the plain one",
             "measured": f"{airflow['ratio']:.2f}x", "value": airflow["ratio"], "met": airflow["ratio"] <= AIRFLOW_TARGET,
         })  # fmt: skip
+    out += scheduler_part.targets(results.get("scheduler"))
     return out
 
 
@@ -248,6 +250,7 @@ def render(results: dict[str, Any]) -> str:
         statements_section(results.get("bookkeeping", {})),
         contention_section(results.get("contention")),
         airflow_section(results.get("airflow")),
+        scheduler_part.section(results.get("scheduler"), table),
         targets_section(results.get("targets", [])),
         machine_section(results["machine"]),
     ]

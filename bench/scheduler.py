@@ -32,6 +32,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,12 @@ ENGINE_NAMES = {"sqlite": "SQLite", "pg": "PostgreSQL"}
 #: Scheduler-side settings recorded with the result (the harness's; none changed here).
 SETTING_PREFIXES = ("AIRFLOW__SCHEDULER__", "AIRFLOW__CORE__EXECUTOR", "AIRFLOW__CORE__PARALLELISM",
                     "AIRFLOW__WORKERS__", "AIRFLOW__TRIGGERER__", "AIRFLOW__DAG_PROCESSOR__")  # fmt: skip
+#: Targets: recorded ÷ plain; hand-off seconds (median, max; None: no target) per "engine/mode".
+OVERHEAD_TARGET = 1.05
+HANDOFF_TARGETS: dict[str, tuple[float, float | None]] = {
+    "pg/deferrable": (1.0, 2.0),
+    "sqlite/deferrable": (2.0, None),
+}
 _RUN_TIMEOUT = 900.0
 _WAIT_TIMEOUT = 300.0
 
@@ -236,7 +243,9 @@ class Bench:
         waiting_state = "up_for_reschedule" if mode == "reschedule" else "deferred"
         items: list[Handoff] = []
         for code, dag_id in pairs:
-            a = OutsideRun(dag_id="bench", run_id=f"{dag_id}__A__{time.time_ns()}", run_date=datetime.now(UTC))
+            a = OutsideRun(
+                dag_id="bench", run_id=f"{dag_id}__A__{time.time_ns()}", run_date=datetime.now(UTC)
+            )
             with hook.lifecycle(60) as lc:
                 outcome = lc.claim(code, a, task_codes=["WORK"], where="bench")
                 if outcome.action != "CREATED":
@@ -269,10 +278,14 @@ class Bench:
         for item in items:
             state = self.d.wait_run(item.dag_id, item.run_id, timeout=_WAIT_TIMEOUT)
             if state != "success":
-                raise RuntimeError(f"DAG run B of {item.dag_id} ended {state}:\n{self.d.report([item.dag_id])}")
+                raise RuntimeError(
+                    f"DAG run B of {item.dag_id} ended {state}:\n{self.d.report([item.dag_id])}"
+                )
         latencies, ti_latencies, tries, rows = [], [], [], []
         for item in items:
-            ((a_end,),) = engine.rows("SELECT END_DATE FROM AUD_PIPELINES_RUN_LOG WHERE RUN_KEY = ?", item.a.run_key)
+            ((a_end,),) = engine.rows(
+                "SELECT END_DATE FROM AUD_PIPELINES_RUN_LOG WHERE RUN_KEY = ?", item.a.run_key
+            )
             a_end_at = hook.engine.from_db_time(a_end)
             b_start_at = hook.engine.from_db_time(self.b_start(engine, item))
             _, ti_end, try_number = self.claim_ti(item)
@@ -339,13 +352,14 @@ class Handoff:
     run_id: str = ""
 
 
-def measure(workdir: Path, tasks: int, repeats: int, handoffs: int, log: Callable[[str], None]) -> dict[str, Any]:
+def measure(
+    workdir: Path, tasks: int, repeats: int, handoffs: int, log: Callable[[str], None]
+) -> dict[str, Any]:
     """Start the deployment, run both measurements, stop it (on every exit)."""
     global OutsideRun
+    from airflow_provider_etl_craft.settings import OPTIONS
     from tests.deployment import harness
     from tests.fixtures import fix_airflow, fix_pg
-
-    from airflow_provider_etl_craft.settings import OPTIONS
 
     OutsideRun = _outside_identity()
     poke_interval = float(OPTIONS["claim_poke_interval"].default)
@@ -354,7 +368,9 @@ def measure(workdir: Path, tasks: int, repeats: int, handoffs: int, log: Callabl
     cluster = fix_pg.PgCluster.create(fix_pg.find_bindir(), fix_pg._server_os_user())
     deployment = None
     try:
-        log(f"  PostgreSQL {cluster.version} on {cluster.host}:{cluster.port}; starting the Airflow deployment")
+        log(
+            f"  PostgreSQL {cluster.version} on {cluster.host}:{cluster.port}; starting the Airflow deployment"
+        )
         started = time.perf_counter()
         deployment = harness.AirflowDeployment.start(cluster, workdir / "deployment")
         result["deployment_start_s"] = round(time.perf_counter() - started, 1)
@@ -362,7 +378,9 @@ def measure(workdir: Path, tasks: int, repeats: int, handoffs: int, log: Callabl
                               and not k.endswith(("_PATH", "_FOLDER"))}  # fmt: skip
         result["settings"]["[etl_craft] claim_poke_interval"] = poke_interval
         bench = Bench(deployment, log)
-        log(f"  overhead: {tasks}-task recorded chain vs {tasks + 2}-task plain chain, warm-up + {repeats} ABBA")
+        log(
+            f"  overhead: {tasks}-task recorded chain vs {tasks + 2}-task plain chain, warm-up + {repeats} ABBA"
+        )
         result["overhead"] = bench.overhead(tasks, repeats)
         result["handoff"] = {}
         for key in ENGINES:
@@ -390,6 +408,79 @@ def measure(workdir: Path, tasks: int, repeats: int, handoffs: int, log: Callabl
     return result
 
 
+# --------------------------------------------------------------------------- the report (bench.report calls these)
+
+
+def section(result: dict[str, Any] | None, table: Callable[..., str]) -> str:
+    """The printed part 4: recorded vs plain DAG runs, then hand-off latency per Engine DB and wait mode."""
+    title = "4. Under a real scheduler (LocalExecutor deployment)"
+    if not result:
+        return f"{title}: not measured"
+    if "error" in result:
+        return f"{title}: FAILED: {result['error']}"
+    over = result["overhead"]
+    lines = [f"{title}: DAG run end_date - start_date of a {over['tasks']}-task recorded chain (claim + tasks + "
+             f"finish) vs {over['airflow_tasks']} chained plain @task,\n   1 warm-up + {over['repeats']} "
+             "alternating (ABBA) runs each"]  # fmt: skip
+    rows = []
+    for key, part in over["engines"].items():
+        rows.append([f"{ENGINE_NAMES[key]} Engine DB", f"{part['plain_median_s']:.2f}",
+                     f"{part['recorded_median_s']:.2f}", f"{part['ratio']:.2f}x",
+                     f"{part['extra_ms_per_task']:+.0f}", f"<= {OVERHEAD_TARGET:.2f}x",
+                     " ".join(f"{t:.1f}" for t in part["plain_s"]) + " / "
+                     + " ".join(f"{t:.1f}" for t in part["recorded_s"])])  # fmt: skip
+    lines.append(table(["", "plain s", "recorded s", "ratio", "ms/task", "target", "runs s (plain / recorded)"],
+                       rows, "lrrrrll"))  # fmt: skip
+    lines.append(f"   Claim hand-off: run A (claimed outside Airflow) ends -> run B's waiting claim succeeds; B start - "
+                 f"A end in the Engine DB (claim_poke_interval {result['poke_interval_s']:g} s)")  # fmt: skip
+    rows = []
+    for name, part in result["handoff"].items():
+        key, mode = name.split("/")
+        label = f"{ENGINE_NAMES[key]}, {mode}"
+        if "not_available" in part:
+            rows.append([label, "-", "not available", "", "", "", part["not_available"]])
+            continue
+        lat, ti = part["latency_s"], part["claim_ti_end_latency_s"]
+        median_t, max_t = HANDOFF_TARGETS.get(name, (None, None))
+        target = " ".join(t for t in (f"median <= {median_t:g}" if median_t else "",
+                                      f"max <= {max_t:g}" if max_t else "") if t)  # fmt: skip
+        rows.append([label, part["n"], f"{lat['median']:.2f}", f"{lat['max']:.2f}",
+                     f"{ti['median']:.2f} / {ti['max']:.2f}", target,
+                     f"{part['release']}; {part['claims_retried']} claim(s) retried"])  # fmt: skip
+    lines.append(table(["Engine DB, wait mode", "n", "median s", "max s", "claim TI end (median / max)", "target",
+                        "how"], rows, "lrrrrll"))  # fmt: skip
+    settings = ", ".join(f"{k.replace('AIRFLOW__', '').lower()}={v}" for k, v in result["settings"].items())
+    lines.append(textwrap.fill(f"settings (the test harness's, unchanged): {settings}", 110,
+                               initial_indent="   ", subsequent_indent="     "))  # fmt: skip
+    return "\n".join(lines)
+
+
+def targets(result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Part 4's targets with what was measured (the format of ``bench.report.targets``)."""
+    if not result or "error" in result:
+        return []
+    out: list[dict[str, Any]] = []
+    for key, part in result["overhead"]["engines"].items():
+        out.append({"target": f"real scheduler: recorded DAG run <= {OVERHEAD_TARGET:.2f}x the plain one "
+                              f"({ENGINE_NAMES[key]})",
+                    "measured": f"{part['ratio']:.2f}x", "value": part["ratio"],
+                    "met": part["ratio"] <= OVERHEAD_TARGET})  # fmt: skip
+    for name, (median_t, max_t) in HANDOFF_TARGETS.items():
+        key, mode = name.split("/")
+        part = result["handoff"].get(name, {})
+        what = f"hand-off {mode} {ENGINE_NAMES[key]}: median <= {median_t:g} s" + (
+            f", max <= {max_t:g} s" if max_t else ""
+        )
+        if "latency_s" not in part:
+            out.append({"target": what, "measured": "not available", "value": None, "met": None})
+            continue
+        lat = part["latency_s"]
+        met = lat["median"] <= median_t and (max_t is None or lat["max"] <= max_t)
+        out.append({"target": what, "measured": f"median {lat['median']:.2f} s, max {lat['max']:.2f} s (n={part['n']})",
+                    "value": lat["median"], "met": met})  # fmt: skip
+    return out
+
+
 def run_part(workdir: Path, tasks: int, repeats: int, handoffs: int) -> dict[str, Any]:
     """Part 4 in a fresh interpreter; its log goes to ``workdir/scheduler/scheduler.log``."""
     folder = workdir / "scheduler"
@@ -397,7 +488,10 @@ def run_part(workdir: Path, tasks: int, repeats: int, handoffs: int) -> dict[str
     out, log_path = folder / "result.json", folder / "scheduler.log"
     cmd = [sys.executable, "-m", "bench.scheduler", "--workdir", str(folder), "--out", str(out),
            "--tasks", str(tasks), "--repeats", str(repeats), "--handoffs", str(handoffs)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     with log_path.open("w") as sink:
         done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     if done.returncode != 0 or not out.exists():

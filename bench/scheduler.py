@@ -364,7 +364,8 @@ def measure(
     OutsideRun = _outside_identity()
     poke_interval = float(OPTIONS["claim_poke_interval"].default)
     deferrable = deferrable_supported()
-    result: dict[str, Any] = {"poke_interval_s": poke_interval, "deferrable_available": deferrable}
+    result: dict[str, Any] = {"poke_interval_s": poke_interval, "deferrable_available": deferrable,
+                              "load_average": {"at_start": os.getloadavg()}}  # fmt: skip
     cluster = fix_pg.PgCluster.create(fix_pg.find_bindir(), fix_pg._server_os_user())
     deployment = None
     try:
@@ -401,6 +402,7 @@ def measure(
             log(deployment.report([]))
         raise
     finally:
+        result["load_average"]["at_end"] = os.getloadavg()
         if deployment is not None:
             deployment.stop()
         cluster.destroy()
@@ -452,6 +454,10 @@ def section(result: dict[str, Any] | None, table: Callable[..., str]) -> str:
     settings = ", ".join(f"{k.replace('AIRFLOW__', '').lower()}={v}" for k, v in result["settings"].items())
     lines.append(textwrap.fill(f"settings (the test harness's, unchanged): {settings}", 110,
                                initial_indent="   ", subsequent_indent="     "))  # fmt: skip
+    load = result.get("load_average", {})
+    if "at_end" in load:
+        lines.append(f"   load average (1/5/15 min) around part 4: {' '.join(f'{x:.2f}' for x in load['at_start'])} at "
+                     f"start, {' '.join(f'{x:.2f}' for x in load['at_end'])} at end")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -3,8 +3,8 @@
 1. Bookkeeping cost of one pipeline run on SQLite and PostgreSQL — round trips counted per operation by
    proxies around the DB-API connection (:mod:`bench.counting` defines one round trip) and checked against
    pg_stat_statements; wall time per run (:mod:`bench.bookkeeping`).
-2. Contention on PostgreSQL: runs/s from 1, 4, 16 processes, each on its own pipeline, against the rate of a
-   one-row INSERT transaction on the same server in the same run (:mod:`bench.contention`).
+2. Contention on PostgreSQL: runs/s from 1, 4, 16 processes sharing ONE pipeline, a connection per step, against
+   a one-row INSERT transaction on a new connection each, same server, same run (:mod:`bench.contention`).
 3. Airflow-level overhead: ``dag.test()`` of a plain vs a recorded 20-task DAG (:mod:`bench.airflow_overhead`,
    in a subprocess).
 
@@ -55,7 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--seconds", type=float, help="part 2: seconds per measurement (default 8; quick 1.5)"
     )
-    parser.add_argument("--procs", help="part 2: process counts, comma-separated (default 1,4,16; quick 1,2)")
+    parser.add_argument(
+        "--procs",
+        help="part 2: process counts sharing one pipeline, comma-separated (default 1,4,16; quick 1,2)",
+    )
     parser.add_argument("--contention-tasks", type=int, default=3, help="part 2: tasks per run (default 3)")
     parser.add_argument("--dag-tasks", type=int, help="part 3: tasks in the DAG (default 20; quick 5)")
     parser.add_argument(

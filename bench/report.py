@@ -178,6 +178,35 @@ def _errors_cell(errors: dict[str, Any]) -> str:
     return f"{errors['total']} (" + ", ".join(f"{k} {v}" for k, v in errors["by_type"].items()) + ")"
 
 
+def credentials_section(result: dict[str, Any] | None) -> str:
+    """Part 4: credential calls at the loopback identity providers per pipeline run and per process."""
+    if not result:
+        return "4. Credential calls (sts, oauth): not measured"
+    head = (f"4. Credential calls per pipeline run: each process (fresh, spawned) runs {result['runs_per_process']} runs x "
+            f"{result['tasks_per_run']} tasks per variant, a connection per step ({result['connections_per_run']} "
+            "per run);\n   calls counted at the loopback STS / OAuth token server (RDS tokens: signings counted in "
+            "the process); target <= 1 per process per expiry window")  # fmt: skip
+    rows = []
+    for r in result["rows"]:
+        window = r["window"]
+        calls = f"{r['calls']} ({'+'.join(str(c) for c in r['calls_per_process'])})"
+        expiry = f"{window['window_s']:g} s"
+        if r["variant"] == "sts":
+            expiry += f" (token {window['token_window_s']:g} s)"
+        rows.append([r["variant"], r["procs"], r["completed_runs"], r["connections"], r["call_name"], calls,
+                     f"{r['calls_per_run']:.2f}", r["max_calls_per_process"], r["max_windows"], expiry,
+                     "" if r["variant"] != "sts" else
+                     f"{r['rds_tokens_signed']} ({'+'.join(str(c) for c in r['rds_tokens_per_process'])})",
+                     _errors_cell(r["errors"]), _met(r["met"])])  # fmt: skip
+    body = table(["variant", "processes", "runs", "connections", "counted", "calls (per process)", "per run",
+                  "max per process", "windows", "expiry window", "RDS tokens signed", "errors", "target"],
+                 rows, "lrrrlrrrrlrrl")  # fmt: skip
+    lines = [head, body]
+    if result.get("server_problems"):
+        lines.append("   the servers saw wrong requests: " + "; ".join(result["server_problems"][:5]))
+    return "\n".join(lines)
+
+
 def airflow_section(result: dict[str, Any] | None) -> str:
     """Part 3: dag.test() times of the plain and the recorded DAG."""
     if not result:
@@ -239,6 +268,17 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         errors = sum(r["errors"]["total"] for r in contention["rows"])
         out.append({"target": "contention: no errors in any step", "measured": f"{errors} errors",
                     "value": errors, "met": errors == 0})  # fmt: skip
+    cred_rows = (results.get("credentials") or {}).get("rows", [])
+    for variant in dict.fromkeys(r["variant"] for r in cred_rows):
+        rows = [r for r in cred_rows if r["variant"] == variant]
+        worst = max(r["max_calls_per_process"] for r in rows)
+        out.append({
+            "target": f"{variant}: <= 1 {rows[0]['call_name'][:-1]} per process per expiry window",
+            "measured": f"at most {worst} per process over "
+            + ", ".join(f"{r['max_windows']} window(s) with {r['procs']} proc" for r in rows)
+            + f"; {max(r['calls_per_run'] for r in rows):.2f} per run",
+            "value": worst, "met": all(r["met"] for r in rows),
+        })  # fmt: skip
     airflow = results.get("airflow")
     if airflow and "ratio" in airflow:
         out.append({
@@ -282,6 +322,7 @@ def render(results: dict[str, Any]) -> str:
         statements_section(results.get("bookkeeping", {})),
         contention_section(results.get("contention")),
         airflow_section(results.get("airflow")),
+        credentials_section(results.get("credentials")),
         targets_section(results.get("targets", [])),
         machine_section(results["machine"]),
     ]

@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--procs",
         help="part 2: process counts sharing one pipeline, comma-separated (default 1,4,16; quick 1,2)",
     )
+    parser.add_argument(
+        "--retry-ms", type=float, default=2.0, help="part 2: sleep after a BLOCKED claim, ms (default 2)"
+    )
     parser.add_argument("--contention-tasks", type=int, default=3, help="part 2: tasks per run (default 3)")
     parser.add_argument(
         "--cred-runs", type=int, help="part 4: pipeline runs per process and auth mode (default 5; quick 2)"
@@ -172,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.seconds,
                     engines.task_codes(args.contention_tasks),
                     log,
+                    args.retry_ms / 1000,
                 )
             if "credentials" not in args.skip:
                 log(f"part 4, credentials: sts, oauth and oauth with a 2 s token; {args.cred_runs} runs x "

@@ -10,7 +10,7 @@ same instant for the same fixed window:
   run id). Each step opens its own connection, as the operators do (one ``hook.lifecycle()`` context per
   step, closed after the step): claim, then start and finish each task, then finish_run. Only one run of a
   pipeline can be IN-PROGRESS, so a claim returns ``BLOCKED`` while another worker's run is open; the
-  worker then sleeps :data:`BLOCKED_SLEEP` and claims again (a tight retry loop), and counts the blocked
+  worker then sleeps :data:`BLOCKED_SLEEP` (``--retry-ms``) and claims again (a tight retry loop), and counts the blocked
   claim. Only runs that ended inside the window count; a run still open at the end is finished afterwards
   (uncounted), so the next round can claim; a worker still blocked at the end stops claiming.
 
@@ -69,6 +69,8 @@ class Job:
     kind: str
     seconds: float
     task_codes: tuple[str, ...]
+    #: Seconds a worker sleeps after a BLOCKED claim.
+    blocked_sleep: float = BLOCKED_SLEEP
 
 
 # --------------------------------------------------------------------------- the worker process
@@ -184,7 +186,7 @@ def _lifecycle(index: int, hook: Any, job: Job, counter: Any, inbox: Any, outbox
     first = last = counter.total_statements()
     while time.time() <= deadline and errors.total < MAX_ERRORS:
         identity = new_identity(DAG_ID, f"w{index:02d}")
-        if not _claim(hook, identity, job.task_codes, deadline, stats, errors):
+        if not _claim(hook, identity, job, deadline, stats, errors):
             continue
         if not _run_and_finish(hook, identity, job.task_codes, errors):
             break  # the run could not be finished: the pipeline stays blocked, nothing more to measure
@@ -196,7 +198,7 @@ def _lifecycle(index: int, hook: Any, job: Job, counter: Any, inbox: Any, outbox
     return stats
 
 
-def _claim(hook: Any, identity: Any, codes: tuple[str, ...], deadline: float, stats: dict[str, Any],
+def _claim(hook: Any, identity: Any, job: Job, deadline: float, stats: dict[str, Any],
            errors: _Errors) -> bool:  # fmt: skip
     """Claim ``identity``'s run of the shared pipeline, again after each BLOCKED, until it is claimed (True)
     or the window has closed (False). Records the wait, each claim step and each bare claim call."""
@@ -206,7 +208,7 @@ def _claim(hook: Any, identity: Any, codes: tuple[str, ...], deadline: float, st
         try:
             with hook.lifecycle(LOCK_TIMEOUT) as lc:
                 called = time.perf_counter()
-                outcome = lc.claim(SHARED_PIPELINE, identity, task_codes=codes)
+                outcome = lc.claim(SHARED_PIPELINE, identity, task_codes=job.task_codes)
                 returned = time.perf_counter()
         except Exception as exc:  # every failure is reported, by type
             errors.add("claim", exc)
@@ -220,7 +222,7 @@ def _claim(hook: Any, identity: Any, codes: tuple[str, ...], deadline: float, st
             return True
         if outcome.action == "BLOCKED":
             stats["blocked"] += 1
-            time.sleep(BLOCKED_SLEEP)
+            time.sleep(job.blocked_sleep)
             continue
         errors.add("claim", RuntimeError(f"claim of {identity.run_key} returned {outcome.action}"))
         return False
@@ -366,7 +368,8 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def measure(config_path: Path, hook: Any, procs_list: tuple[int, ...], seconds: float,
-            task_codes: tuple[str, ...], log: Any = print) -> dict[str, Any]:  # fmt: skip
+            task_codes: tuple[str, ...], log: Any = print,
+            blocked_sleep: float = BLOCKED_SLEEP) -> dict[str, Any]:  # fmt: skip
     """The three jobs at each process count, one after the other; rates, latencies, errors and ratios."""
     size = max(procs_list)
     prepare(hook, task_codes)
@@ -377,7 +380,7 @@ def measure(config_path: Path, hook: Any, procs_list: tuple[int, ...], seconds: 
     rows = []
     try:
         for procs in procs_list:
-            raw = pool.run(Job("lifecycle", seconds, task_codes), procs)
+            raw = pool.run(Job("lifecycle", seconds, task_codes, blocked_sleep), procs)
             lifecycle = _rate(raw, seconds)
             baseline = _rate(pool.run(Job("baseline", seconds, task_codes), procs), seconds)
             held = _rate(pool.run(Job("baseline_held", seconds, task_codes), procs), seconds)
@@ -417,4 +420,4 @@ def measure(config_path: Path, hook: Any, procs_list: tuple[int, ...], seconds: 
     finally:
         pool.close()
     return {"pipeline": SHARED_PIPELINE, "tasks_per_run": len(task_codes), "transactions_per_run": tx_per_run,
-            "seconds": seconds, "blocked_sleep_ms": BLOCKED_SLEEP * 1000, "rows": rows}  # fmt: skip
+            "seconds": seconds, "blocked_sleep_ms": blocked_sleep * 1000, "rows": rows}  # fmt: skip

@@ -188,9 +188,10 @@ def _lifecycle(index: int, hook: Any, job: Job, counter: Any, inbox: Any, outbox
         identity = new_identity(DAG_ID, f"w{index:02d}")
         if not _claim(hook, identity, job, deadline, stats, errors):
             continue
-        if not _run_and_finish(hook, identity, job.task_codes, errors):
+        outcome = _run_and_finish(hook, identity, job.task_codes, errors)
+        if outcome == "stuck":
             break  # the run could not be finished: the pipeline stays blocked, nothing more to measure
-        if time.time() <= deadline:
+        if outcome == "success" and time.time() <= deadline:
             stats["completed"] += 1
             last = counter.total_statements()
     stats["statements"] = last - first
@@ -230,9 +231,10 @@ def _claim(hook: Any, identity: Any, job: Job, deadline: float, stats: dict[str,
     return False
 
 
-def _run_and_finish(hook: Any, identity: Any, codes: tuple[str, ...], errors: _Errors) -> bool:
-    """The tasks and finish_run of a claimed run, each step on its own connection. On an error the run is
-    still finished (FAILED), so that the pipeline is not left blocked; False when even that failed."""
+def _run_and_finish(hook: Any, identity: Any, codes: tuple[str, ...], errors: _Errors) -> str:
+    """The tasks and finish_run of a claimed run, each step on its own connection: ``success``. After an error
+    the run is still finished (FAILED), so that the pipeline is not left blocked: ``failed`` (not counted as
+    a completed run), or ``stuck`` when even that failed."""
     from airflow_provider_etl_craft.runs.counts import TaskCounts
 
     try:
@@ -243,18 +245,19 @@ def _run_and_finish(hook: Any, identity: Any, codes: tuple[str, ...], errors: _E
                 lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=1))
         with hook.lifecycle(LOCK_TIMEOUT) as lc:
             finished = lc.finish_run(SHARED_PIPELINE, identity, dict.fromkeys(codes, "success"))
-        if finished.status != "SUCCESS":
-            errors.add("finish_run", RuntimeError(f"{identity.run_key} ended {finished.status}"))
-        return True
+        if finished.status == "SUCCESS":
+            return "success"
+        errors.add("finish_run", RuntimeError(f"{identity.run_key} ended {finished.status}"))
+        return "failed"
     except Exception as exc:  # every failure is reported, by type
         errors.add("run", exc)
     try:
         with hook.lifecycle(LOCK_TIMEOUT) as lc:
             lc.finish_run(SHARED_PIPELINE, identity, dict.fromkeys(codes, "failed"))
-        return True
+        return "failed"
     except Exception as exc:  # every failure is reported, by type
         errors.add("finish_run after an error", exc)
-        return False
+        return "stuck"
 
 
 # --------------------------------------------------------------------------- the parent side

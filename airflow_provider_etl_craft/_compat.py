@@ -44,6 +44,9 @@ WHERE: dict[str, tuple[str, ...]] = {
     "TaskGroup": (_SDK,),
     "Variable": (_SDK,),
     "task_group": (_SDK,),
+    # Triggers: core's module on every supported line.
+    "BaseTrigger": ("airflow.triggers.base",),
+    "TriggerEvent": ("airflow.triggers.base",),
     "DecoratedOperator": ("airflow.sdk.bases.decorator",),
     "TaskDecorator": ("airflow.sdk.bases.decorator",),
     "task_decorator_factory": ("airflow.sdk.bases.decorator",),

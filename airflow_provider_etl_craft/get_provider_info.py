@@ -90,6 +90,12 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
+        "triggers": [
+            {
+                "integration-name": "etl-craft",
+                "python-modules": ["airflow_provider_etl_craft.triggers.engine_change"],
+            }
+        ],
         "task-decorators": [
             {
                 "name": "etl_craft",

@@ -7,6 +7,7 @@ so ``airflow config list``, is built from :data:`OPTIONS`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +18,23 @@ VERSION_ADDED = "0.2.0"
 @dataclass(frozen=True)
 class Option:
     name: str
-    type: str  # "string", "integer" or "float": what the provider info declares
+    type: str  # "string", "integer", "float" or "boolean": what the provider info declares
     default: str
     description: str
 
     def convert(self, raw: str) -> Any:
-        return {"integer": int, "float": float}.get(self.type, str)(raw)
+        converters: dict[str, Callable[[str], Any]] = {"integer": int, "float": float, "boolean": _boolean}
+        return converters.get(self.type, str)(raw)
+
+
+def _boolean(raw: str) -> bool:
+    """Airflow's spellings of a boolean option (``conf.getboolean``)."""
+    value = raw.strip().lower()
+    if value in ("true", "t", "1", "yes", "on"):
+        return True
+    if value in ("false", "f", "0", "no", "off"):
+        return False
+    raise ValueError(raw)
 
 
 OPTIONS: dict[str, Option] = {
@@ -45,6 +57,13 @@ OPTIONS: dict[str, Option] = {
                "Seconds between two looks of a recorded task waiting for an IN-PROGRESS upstream or a pause."),
         Option("gate_timeout", "float", "21600",
                "Seconds a recorded task may wait for an upstream or a pause before it fails."),
+        Option("wait_poll_interval", "float", "2",
+               "Seconds between two looks of a deferred claim or gate at the Engine DB when no change notice "
+               "wakes it (a PostgreSQL Engine DB without LISTEN; SQLite looks when its data_version changes)."),
+        Option("wait_listen", "boolean", "True",
+               "Whether deferred waits LISTEN for the change notices of a PostgreSQL Engine DB. Set False when "
+               "it is reached through a transaction-mode pooler (PgBouncer pool_mode=transaction), which "
+               "does not deliver them; the waits then poll every wait_poll_interval."),
     )
 }  # fmt: skip
 

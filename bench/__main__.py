@@ -3,11 +3,13 @@
 1. Bookkeeping cost of one pipeline run on SQLite and PostgreSQL — round trips counted per operation by
    proxies around the DB-API connection (:mod:`bench.counting` defines one round trip) and checked against
    pg_stat_statements; wall time per run (:mod:`bench.bookkeeping`).
-2. Contention on PostgreSQL: runs/s from 1, 4, 16 processes, each on its own pipeline, against the rate of a
-   one-row INSERT transaction on the same server in the same run (:mod:`bench.contention`).
+2. Contention on PostgreSQL: runs/s from 1, 4, 16 processes sharing ONE pipeline, a connection per step, against
+   a one-row INSERT transaction on a new connection each, same server, same run (:mod:`bench.contention`).
 3. Airflow-level overhead: ``dag.test()`` of a plain vs a recorded 20-task DAG (:mod:`bench.airflow_overhead`,
    in a subprocess).
-4. Under a real scheduler (:mod:`bench.scheduler`, in a subprocess): recorded vs plain DAG runs and claim
+4. Credential calls per pipeline run for ``auth_mode: sts`` and ``oauth``: AssumeRole calls and token requests
+   counted at a loopback STS / OAuth token server, from 1 and 2 processes (:mod:`bench.credentials`).
+5. Under a real scheduler (:mod:`bench.scheduler`, in a subprocess): recorded vs plain DAG runs and claim
    hand-off latency in an Airflow deployment (LocalExecutor, SQLite and PostgreSQL Engine DBs).
 
 **One round trip** is one statement or transaction-control message sent to the database and waited for:
@@ -57,19 +59,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--seconds", type=float, help="part 2: seconds per measurement (default 8; quick 1.5)"
     )
-    parser.add_argument("--procs", help="part 2: process counts, comma-separated (default 1,4,16; quick 1,2)")
+    parser.add_argument(
+        "--procs",
+        help="part 2: process counts sharing one pipeline, comma-separated (default 1,4,16; quick 1,2)",
+    )
+    parser.add_argument(
+        "--retry-ms", type=float, default=2.0, help="part 2: sleep after a BLOCKED claim, ms (default 2)"
+    )
     parser.add_argument("--contention-tasks", type=int, default=3, help="part 2: tasks per run (default 3)")
+    parser.add_argument(
+        "--cred-runs", type=int, help="part 4: pipeline runs per process and auth mode (default 5; quick 2)"
+    )
+    parser.add_argument("--cred-tasks", type=int, help="part 4: tasks per pipeline run (default 10; quick 3)")
     parser.add_argument("--dag-tasks", type=int, help="part 3: tasks in the DAG (default 20; quick 5)")
     parser.add_argument(
         "--dag-repeats", type=int, help="part 3: measured runs of each DAG (default 4; quick 1)"
     )
     parser.add_argument(
-        "--sched-repeats", type=int, help="part 4: ABBA rounds of each DAG (default 3; quick 1)"
+        "--sched-repeats", type=int, help="part 5: ABBA rounds of each DAG (default 3; quick 1)"
     )
     parser.add_argument(
-        "--handoffs", type=int, help="part 4: hand-offs per Engine DB and wait mode (default 10; quick 3)"
+        "--handoffs", type=int, help="part 5: hand-offs per Engine DB and wait mode (default 10; quick 3)"
     )
-    parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow", "scheduler"],
+    parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow", "credentials", "scheduler"],
                         help="leave a part out (repeatable)")  # fmt: skip
     parser.add_argument("--keep-workdir", action="store_true", help="keep the temporary work directory")
     args = parser.parse_args(argv)
@@ -78,6 +90,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.tasks = args.tasks or (3 if quick else 10)
     args.seconds = args.seconds or (1.5 if quick else 8.0)
     args.procs = tuple(int(p) for p in (args.procs or ("1,2" if quick else "1,4,16")).split(","))
+    args.cred_runs = args.cred_runs or (2 if quick else 5)
+    args.cred_tasks = args.cred_tasks or (3 if quick else 10)
     args.dag_tasks = args.dag_tasks or (5 if quick else 20)
     args.dag_repeats = args.dag_repeats or (1 if quick else 4)
     args.sched_repeats, args.handoffs = (
@@ -123,7 +137,7 @@ def run_airflow_part(workdir: Path, tasks: int, repeats: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     # Imported here, not at module level: spawned worker processes re-import this module as __mp_main__,
     # and should not pay for Airflow twice.
-    from bench import bookkeeping, contention, engines, report, scheduler
+    from bench import bookkeeping, contention, credentials, engines, report, scheduler
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     args = parse_args(argv)
@@ -150,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 hook, "sqlite", BOOK_PIPELINE, codes, args.runs
             )
 
-        if not {"postgresql", "contention"} <= set(args.skip):
+        if not {"postgresql", "contention", "credentials"} <= set(args.skip):
             log("starting a throwaway PostgreSQL cluster")
             pg = engines.PgServer.start(workdir / "postgresql")
             log(f"  PostgreSQL {pg.cluster.version} on {pg.cluster.host}:{pg.cluster.port}"
@@ -173,6 +187,18 @@ def main(argv: list[str] | None = None) -> int:
                     args.seconds,
                     engines.task_codes(args.contention_tasks),
                     log,
+                    args.retry_ms / 1000,
+                )
+            if "credentials" not in args.skip:
+                log(f"part 4, credentials: sts, oauth and oauth with a 2 s token; {args.cred_runs} runs x "
+                    f"{args.cred_tasks} tasks per process, a connection per step, from 1 and 2 processes")  # fmt: skip
+                results["credentials"] = credentials.measure(
+                    pg,
+                    workdir / "credentials",
+                    (1, 2),
+                    args.cred_runs,
+                    engines.task_codes(args.cred_tasks),
+                    log,
                 )
             results["machine"] = engines.machine(pg)
             pg.stop()
@@ -187,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["airflow"] = {"error": str(exc).splitlines()[0]}
                 failures.append(str(exc))
         if "scheduler" not in args.skip:
-            log(f"part 4, real scheduler: {args.dag_tasks}-task chains x (1 + {args.sched_repeats} ABBA), "
+            log(f"part 5, real scheduler: {args.dag_tasks}-task chains x (1 + {args.sched_repeats} ABBA), "
                 f"{args.handoffs} claim hand-offs per Engine DB and wait mode")  # fmt: skip
             try:
                 results["scheduler"] = scheduler.run_part(

@@ -1,4 +1,4 @@
-"""Part 4: the provider under a real scheduler — one Airflow deployment, two measurements.
+"""Part 5: the provider under a real scheduler — one Airflow deployment, two measurements.
 
 The deployment is the test suite's (``tests/deployment/harness.py``): api-server, scheduler, dag-processor
 and triggerer as processes, LocalExecutor, the metadata DB on a throwaway PostgreSQL cluster, a SQLite and
@@ -377,7 +377,9 @@ def measure(
         result["deployment_start_s"] = round(time.perf_counter() - started, 1)
         result["settings"] = {k: v for k, v in sorted(deployment.env.items()) if k.startswith(SETTING_PREFIXES)
                               and not k.endswith(("_PATH", "_FOLDER"))}  # fmt: skip
-        result["settings"]["[etl_craft] claim_poke_interval"] = poke_interval
+        for name in ("claim_poke_interval", "wait_poll_interval", "wait_listen"):  # the provider's defaults
+            if name in OPTIONS:
+                result["settings"][f"[etl_craft] {name}"] = OPTIONS[name].default
         bench = Bench(deployment, log)
         log(
             f"  overhead: {tasks}-task recorded chain vs {tasks + 2}-task plain chain, warm-up + {repeats} ABBA"
@@ -414,8 +416,8 @@ def measure(
 
 
 def section(result: dict[str, Any] | None, table: Callable[..., str]) -> str:
-    """The printed part 4: recorded vs plain DAG runs, then hand-off latency per Engine DB and wait mode."""
-    title = "4. Under a real scheduler (LocalExecutor deployment)"
+    """The printed part 5: recorded vs plain DAG runs, then hand-off latency per Engine DB and wait mode."""
+    title = "5. Under a real scheduler (LocalExecutor deployment)"
     if not result:
         return f"{title}: not measured"
     if "error" in result:
@@ -456,13 +458,13 @@ def section(result: dict[str, Any] | None, table: Callable[..., str]) -> str:
                                initial_indent="   ", subsequent_indent="     "))  # fmt: skip
     load = result.get("load_average", {})
     if "at_end" in load:
-        lines.append(f"   load average (1/5/15 min) around part 4: {' '.join(f'{x:.2f}' for x in load['at_start'])} at "
+        lines.append(f"   load average (1/5/15 min) around part 5: {' '.join(f'{x:.2f}' for x in load['at_start'])} at "
                      f"start, {' '.join(f'{x:.2f}' for x in load['at_end'])} at end")  # fmt: skip
     return "\n".join(lines)
 
 
 def targets(result: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Part 4's targets with what was measured (the format of ``bench.report.targets``)."""
+    """Part 5's targets with what was measured (the format of ``bench.report.targets``)."""
     if not result or "error" in result:
         return []
     out: list[dict[str, Any]] = []
@@ -488,7 +490,7 @@ def targets(result: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def run_part(workdir: Path, tasks: int, repeats: int, handoffs: int) -> dict[str, Any]:
-    """Part 4 in a fresh interpreter; its log goes to ``workdir/scheduler/scheduler.log``."""
+    """Part 5 in a fresh interpreter; its log goes to ``workdir/scheduler/scheduler.log``."""
     folder = workdir / "scheduler"
     folder.mkdir()
     out, log_path = folder / "result.json", folder / "scheduler.log"
@@ -502,7 +504,7 @@ def run_part(workdir: Path, tasks: int, repeats: int, handoffs: int) -> dict[str
         done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     if done.returncode != 0 or not out.exists():
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
-        raise RuntimeError(f"part 4 exited with {done.returncode}; last lines of its log:\n{tail}")
+        raise RuntimeError(f"part 5 exited with {done.returncode}; last lines of its log:\n{tail}")
     return dict(json.loads(out.read_text()))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from airflow_provider_etl_craft._compat import (
@@ -17,7 +17,7 @@ from airflow_provider_etl_craft._compat import (
     PokeReturnValue,
 )
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from airflow_provider_etl_craft.operators import _airflow_view
+from airflow_provider_etl_craft.operators import _airflow_view, _wait
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
@@ -76,6 +76,10 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     :param min_retries: the claim's own retries, independent of the DAG's ``default_args`` (a ``retries=``
         given to the claim itself may raise them; ``retry_delay`` defaults to 10 s). Waiting never uses a
         try, and a retried claim only resumes its own run.
+    :param deferrable: wait deferred instead of rescheduled (default: Airflow's ``[operators]
+        default_deferrable``): the triggerer wakes the claim within a second of the blocking run's end (a
+        PostgreSQL notice; SQLite: its data version) rather than after ``poke_interval``, which becomes the
+        interval of a look made anyway (for a blocking run whose DAG run ended without finishing it).
     """
 
     template_fields: Sequence[str] = ()
@@ -96,6 +100,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         poke_interval: timedelta | float | None = None,
         timeout: timedelta | float | None = None,
         min_retries: int = DEFAULT_CLAIM_MIN_RETRIES,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs["retries"] = max(int(kwargs.get("retries") or 0), min_retries)
@@ -112,23 +117,65 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         self.lock_timeout = setting("lock_timeout") if lock_timeout is None else lock_timeout
         self.check_task_codes = check_task_codes
         self.close_abandoned = close_abandoned
+        self.deferrable = _wait.default_deferrable() if deferrable is None else deferrable
         self._blocking: RunRow | None = None
         self._waiting: str | None = None
 
     def execute(self, context: Any) -> Any:
+        if self.deferrable:
+            return self._look_or_defer(context, None)
         try:
             return super().execute(context)
         except AirflowSensorTimeout as exc:
-            if self._waiting:
-                raise AirflowSensorTimeout(
-                    f"{self._waiting}; still IN-PROGRESS after {self.timeout:.0f}s, so this DAG run could not claim "
-                    "its run; let that upstream run finish (or close it), then clear this task"
-                ) from exc
-            blocking = self._blocking.describe() if self._blocking else "another run"
-            raise AirflowSensorTimeout(
-                f"pipeline {self.pipeline_code}: {blocking} was still IN-PROGRESS after {self.timeout:.0f}s, "
-                "so this DAG run could not claim its run; let that run finish (or close it), then clear this task"
-            ) from exc
+            raise self._timed_out() from exc
+
+    def execute_complete(
+        self, context: Any, event: dict[str, Any] | None = None, deadline: str | None = None
+    ) -> Any:
+        """Back from the trigger: look again (and defer again while the claim must still wait)."""
+        event = event or {}
+        deadline = deadline or event.get("deadline")
+        if event.get("status") == "timeout":
+            result = self.poke(context)
+            if result.is_done:
+                return result.xcom_value
+            raise self._timed_out()
+        return self._look_or_defer(context, deadline)
+
+    def _look_or_defer(self, context: Any, deadline: str | None) -> Any:
+        result = self.poke(context)
+        if result.is_done:
+            return result.xcom_value
+        until = _wait.deadline(self.timeout, deadline)
+        if datetime.now(UTC) >= until:
+            raise self._timed_out()
+        seen = _wait.seen_state(self._hook(), self.pipeline_code)
+        result = self.poke(context)  # a change between the first look and that read is seen here
+        if result.is_done:
+            return result.xcom_value
+        _wait.defer(
+            self,
+            (self.etl_craft_conn_id, self.profile),
+            self.pipeline_code,
+            seen,
+            float(self.poke_interval),
+            until,
+            "execute_complete",
+        )
+        return None  # not reached: defer raises
+
+    def _timed_out(self) -> Exception:
+        """The sensor timeout, saying what the claim waited for."""
+        if self._waiting:
+            return AirflowSensorTimeout(
+                f"{self._waiting}; still IN-PROGRESS after {self.timeout:.0f}s, so this DAG run could not claim "
+                "its run; let that upstream run finish (or close it), then clear this task"
+            )
+        blocking = self._blocking.describe() if self._blocking else "another run"
+        return AirflowSensorTimeout(
+            f"pipeline {self.pipeline_code}: {blocking} was still IN-PROGRESS after {self.timeout:.0f}s, "
+            "so this DAG run could not claim its run; let that run finish (or close it), then clear this task"
+        )
 
     def poke(self, context: Any) -> PokeReturnValue:
         identity = RunIdentity.from_context(context)

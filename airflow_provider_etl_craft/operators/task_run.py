@@ -23,7 +23,7 @@ from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft._compat import AirflowSkipException, BaseOperator
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from airflow_provider_etl_craft.operators import _airflow_view
+from airflow_provider_etl_craft.operators import _airflow_view, _wait
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
 from airflow_provider_etl_craft.runs.counts import TaskCounts
@@ -33,6 +33,8 @@ from airflow_provider_etl_craft.runs.records import AttemptHandle
 from airflow_provider_etl_craft.settings import setting
 
 OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
+#: The method a try deferred at its gate resumes in (handled by the mixin, whatever the operator).
+GATE_RESUME = "_etl_craft_gate_resumed"
 CountsFunc = Callable[[Any], Any]
 
 if TYPE_CHECKING:
@@ -56,7 +58,11 @@ class RecordedTaskMixin(_MixinBase):
     :param etl_craft_lock_timeout: seconds to wait for the pipeline lock when a cleared task reopens its run.
     :param etl_craft_gate_timeout: how long the task may wait for an IN-PROGRESS upstream or a paused
         pipeline before it fails (the wait is a reschedule: no worker slot is held meanwhile).
-    :param etl_craft_gate_poke_interval: how long each reschedule waits before the gate is judged again.
+    :param etl_craft_gate_poke_interval: how long each reschedule waits before the gate is judged again
+        (deferred: the interval of a look made anyway, for what only Airflow knows).
+    :param etl_craft_deferrable: wait for the gate deferred instead of rescheduled (default: Airflow's
+        ``[operators] default_deferrable``): the triggerer wakes the task within a second of the upstream's
+        end or the pause's resume (a PostgreSQL notice; SQLite: its data version).
 
     Before the work runs, the task's dependencies and run condition are judged (SPEC §10): unsatisfied
     → the task run is recorded SKIPPED and the task skips; an upstream still IN-PROGRESS, or a paused
@@ -77,6 +83,7 @@ class RecordedTaskMixin(_MixinBase):
         etl_craft_lock_timeout: float | None = None,
         etl_craft_gate_timeout: timedelta | float | None = None,
         etl_craft_gate_poke_interval: timedelta | float | None = None,
+        etl_craft_deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         raw_task_id = kwargs.get("task_id")
@@ -105,6 +112,8 @@ class RecordedTaskMixin(_MixinBase):
             if etl_craft_gate_poke_interval is None
             else etl_craft_gate_poke_interval
         )
+        # None: Airflow's [operators] default_deferrable when the task runs (etl_craft_pipeline may set it).
+        self.etl_craft_deferrable = etl_craft_deferrable
         self._etl_craft_attempt: AttemptHandle | None = None
         self._etl_craft_killed = False
 
@@ -122,15 +131,36 @@ class RecordedTaskMixin(_MixinBase):
         )
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
-        """A deferred try resumes (``execute_complete`` or the deferral's ``method_name``) in its attempt."""
+        """A deferred try resumes (``execute_complete`` or the deferral's ``method_name``) in its attempt; one
+        deferred at its gate judges the gate again (no attempt was opened yet)."""
+        if next_method == GATE_RESUME:
+            kwargs = next_kwargs or {}
+            event = kwargs.get("event") or {}
+            return self._etl_craft_record(
+                context,
+                lambda: super(RecordedTaskMixin, self).execute(context),
+                resume=int(context.get("task_reschedule_count") or 0) > 0,
+                gate_deadline=kwargs.get("deadline") or event.get("deadline"),
+                gate_event=event,
+            )
         return self._etl_craft_record(
             context,
             lambda: super(RecordedTaskMixin, self).resume_execution(next_method, next_kwargs, context),
             resume=True,
         )
 
-    def _etl_craft_record(self, context: Any, work: Callable[[], Any], resume: bool) -> Any:
-        """Open (or take over) this try's attempt, run ``work``, record how it ended; Airflow sees ``work``'s outcome."""
+    def _etl_craft_record(
+        self,
+        context: Any,
+        work: Callable[[], Any],
+        resume: bool,
+        gate_deadline: str | None = None,
+        gate_event: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Open (or take over) this try's attempt, run ``work``, record how it ended; Airflow sees ``work``'s outcome.
+
+        ``gate_deadline`` and ``gate_event`` come back from a deferred gate wait (:meth:`_etl_craft_defer`).
+        """
         if not self.pipeline_code or not self.task_code:
             raise _compat.fail_exception()(
                 f"[CONFIGURATION] task {self.task_id} records to no pipeline: pass pipeline_code= (and task_code= "
@@ -148,23 +178,45 @@ class RecordedTaskMixin(_MixinBase):
         ti = context["ti"]
         map_index = _map_index(ti)
         hook = self._etl_craft_hook()
-        try:
-            with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
-                handle = lifecycle.start_task(
-                    self.pipeline_code,
-                    self.task_code,
-                    identity,
-                    int(ti.try_number),
-                    upstream_states=self._etl_craft_upstream_states(context),
-                    claim_skipped=lambda: self._etl_craft_claim_skipped(context),
-                    map_index=map_index,
-                    resume=resume,
-                )
-        except GateSkipped as skipped:
-            self.log.info("etl-craft: %s", skipped.reason)
-            raise AirflowSkipException(skipped.reason) from None
-        except GateWaiting as waiting:
-            self._etl_craft_wait(context, waiting.reason)
+        deferrable = (
+            _wait.default_deferrable() if self.etl_craft_deferrable is None else self.etl_craft_deferrable
+        )
+        seen: list[int] | None = None
+        while True:
+            try:
+                with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+                    handle = lifecycle.start_task(
+                        self.pipeline_code,
+                        self.task_code,
+                        identity,
+                        int(ti.try_number),
+                        upstream_states=self._etl_craft_upstream_states(context),
+                        claim_skipped=lambda: self._etl_craft_claim_skipped(context),
+                        map_index=map_index,
+                        resume=resume,
+                    )
+                break
+            except GateSkipped as skipped:
+                self.log.info("etl-craft: %s", skipped.reason)
+                raise AirflowSkipException(skipped.reason) from None
+            except GateWaiting as waiting:
+                if not deferrable:
+                    self._etl_craft_wait(context, waiting.reason)
+                until = _wait.deadline(self.etl_craft_gate_timeout, gate_deadline)
+                if (gate_event or {}).get("status") == "timeout" or datetime.now(UTC) >= until:
+                    raise self._etl_craft_gate_timeout(waiting.reason, self.etl_craft_gate_timeout) from None
+                if seen is not None:  # judged again after reading the fingerprint: still waiting
+                    self.log.info("etl-craft: %s; deferred until it changes", waiting.reason)
+                    _wait.defer(
+                        self,
+                        (self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile),
+                        self.pipeline_code,
+                        seen,
+                        self.etl_craft_gate_poke_interval,
+                        until,
+                        GATE_RESUME,
+                    )
+                seen = _wait.seen_state(hook, self.pipeline_code)
         self._etl_craft_attempt = handle
         self.log.info(
             "etl-craft: %s attempt %d%s (ATTEMPT_ID %d) in pipeline run %d",
@@ -237,14 +289,17 @@ class RecordedTaskMixin(_MixinBase):
         first = _compat.first_reschedule_date(context) or now
         waited = (now - first).total_seconds()
         if waited >= self.etl_craft_gate_timeout:
-            raise _compat.fail_exception()(
-                f"[GATE_TIMEOUT] {reason}; still not decided after {waited:.0f}s (etl_craft_gate_timeout="
-                f"{self.etl_craft_gate_timeout:.0f}s): let the upstream run end (or resume the pipeline), then clear "
-                "this task"
-            )
+            raise self._etl_craft_gate_timeout(reason, waited)
         self.log.info("etl-craft: %s; looking again in %.0fs", reason, self.etl_craft_gate_poke_interval)
         raise _compat.airflow_exception("AirflowRescheduleException")(
             now + timedelta(seconds=self.etl_craft_gate_poke_interval)
+        )
+
+    def _etl_craft_gate_timeout(self, reason: str, waited: float) -> Exception:
+        return _compat.fail_exception()(
+            f"[GATE_TIMEOUT] {reason}; still not decided after {waited:.0f}s (etl_craft_gate_timeout="
+            f"{self.etl_craft_gate_timeout:.0f}s): let the upstream run end (or resume the pipeline), then clear "
+            "this task"
         )
 
     def _record_end(

@@ -134,6 +134,7 @@ class EndAttempt(Transition):
                 )
             if consume:
                 self.gates.consume_attempt(cur, handle.attempt_id, now_db)
+            self.announce(cur, pipeline_run_id=handle.pipeline_run_id)
 
 
 def settle_mapped(

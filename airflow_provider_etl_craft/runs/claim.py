@@ -200,4 +200,5 @@ class Abandon(Transition):
             self.intervention(
                 cur, run, "CANCEL", ("IN-PROGRESS", "CANCELLED"), f"abandoned: {reason}", identity
             )
+            self.announce(cur, run.pipeline_id)
             return True

@@ -73,6 +73,7 @@ class FinishRun(Transition):
             final = _final_status(statuses, frozenset(not_deciding))
             sla = sla_status or _sla(run, sla_hours, now)
             self._close_run(cur, run, final, None if sla_status else sla, identity, now_db)
+            self.announce(cur, run.pipeline_id)
         failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
         outcome = FinishOutcome(run.pipeline_run_id, final, skipped=_sorted(skipped), lost=_sorted(lost))
         return replace(outcome, failed=_sorted(failed), sla_status=sla)

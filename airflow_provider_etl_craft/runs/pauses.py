@@ -59,4 +59,5 @@ class EndPause(Transition):
             ).rowcount
             if updated != 1:
                 raise StaleTransitionError(f"pause {current.pause_id} of {pipeline_code} changed; retry")
+            self.announce(cur, pipeline_id)
         return current

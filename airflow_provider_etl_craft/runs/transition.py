@@ -56,6 +56,15 @@ class Transition:
         assert row is not None, "a statement that returns one row returned none"
         return row[0]
 
+    def announce(
+        self, cur: Cursor, pipeline_id: int | None = None, pipeline_run_id: int | None = None
+    ) -> None:
+        """Tell deferred waits (:mod:`~.changes`) that this transaction, once committed, ended something of the
+        pipeline (a run, an attempt, a pause); nothing where the dialect has no notices."""
+        notice = self.engine.change_notice(pipeline_id, pipeline_run_id)
+        if notice is not None:
+            self.exec(cur, *notice)
+
     def now(self) -> tuple[datetime, Any]:
         """The current time, and as the database stores it."""
         now = self.engine.now()

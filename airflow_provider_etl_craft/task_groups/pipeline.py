@@ -23,6 +23,7 @@ def etl_craft_pipeline(
     group_id: str | None = None,
     etl_craft_conn_id: str | None = None,
     profile: str | None = None,
+    deferrable: bool | None = None,
     claim_kwargs: dict[str, Any] | None = None,
     finish_kwargs: dict[str, Any] | None = None,
     **group_kwargs: Any,
@@ -45,7 +46,9 @@ def etl_craft_pipeline(
     Recorded tasks created inside without ``pipeline_code`` / ``etl_craft_conn_id`` / profile inherit the
     group's (mapped tasks too); one naming another pipeline is an error at DAG parse time. The group id
     defaults to the pipeline code in lower case. ``claim_kwargs`` and ``finish_kwargs`` go to the two
-    operators (for example ``{"poke_interval": 30, "timeout": 3600}``).
+    operators (for example ``{"poke_interval": 30, "timeout": 3600}``). ``deferrable`` makes the claim's
+    wait and the recorded tasks' gate waits deferred (default: Airflow's ``[operators] default_deferrable``);
+    a task's own ``etl_craft_deferrable`` wins.
     """
     check_code("pipeline_code", pipeline_code)
     etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
@@ -57,14 +60,18 @@ def etl_craft_pipeline(
                 _inherit(
                     task,
                     pipeline_code,
-                    {"etl_craft_conn_id": etl_craft_conn_id, "etl_craft_profile": profile},
+                    {
+                        "etl_craft_conn_id": etl_craft_conn_id,
+                        "etl_craft_profile": profile,
+                        "etl_craft_deferrable": deferrable,
+                    },
                 )
         claim = ClaimPipelineRunOperator(
             task_id="claim",
             pipeline_code=pipeline_code,
             etl_craft_conn_id=etl_craft_conn_id,
             profile=profile,
-            **(claim_kwargs or {}),
+            **{**({"deferrable": deferrable} if deferrable is not None else {}), **(claim_kwargs or {})},
         )
         finish = FinishPipelineRunOperator(
             task_id="finish",

@@ -81,6 +81,37 @@ class EngineDialect(ABC, Generic[ConnT]):
         """
         return None
 
+    # -- change notices (what wakes deferred waits: :mod:`airflow_provider_etl_craft.runs.changes`) -----------
+    # A transaction that ends a run, an attempt or a pause announces the pipeline it changed; a waiting
+    # trigger listens where the database can deliver that (PostgreSQL LISTEN/NOTIFY, sent at COMMIT) and
+    # otherwise looks at a cheap change counter or polls. A notice is only a hint to look again: what a
+    # wait decides on is always the state it reads.
+
+    #: Whether :meth:`listen` can deliver notices at all (PostgreSQL); else waits poll.
+    delivers_notices: ClassVar[bool] = False
+
+    def change_notice(
+        self, pipeline_id: int | None = None, pipeline_run_id: int | None = None
+    ) -> tuple[str, tuple[Any, ...]] | None:
+        """The statement (``?`` placeholders, params) that announces a change of ``pipeline_id`` (or of the
+        pipeline of ``pipeline_run_id``) when its transaction commits; None where notices do not exist."""
+        return None
+
+    def listen(self, conn: ConnT) -> None:
+        """Subscribe ``conn`` (autocommit) to change notices of this Engine DB."""
+
+    def received_notices(self, conn: ConnT) -> set[int]:
+        """The pipeline ids of the notices ``conn`` has received since the last call (never waits).
+
+        :raises: the driver's error when the connection was lost.
+        """
+        return set()
+
+    def change_counter(self, conn: ConnT) -> int | None:
+        """A number that changes whenever another connection commits (SQLite's ``PRAGMA data_version``);
+        None where the database has none."""
+        return None
+
     @abstractmethod
     def to_db_time(self, value: datetime) -> Any:
         """A timezone-aware datetime as this database stores it (UTC)."""

@@ -47,6 +47,8 @@ _LOGIN_REFUSED = ("28P01", "28000")
 #: ``ignore_startup_parameters`` lists them (PgBouncer passes only client_encoding, DateStyle, TimeZone,
 #: standard_conforming_strings and application_name; RDS Proxy pins or refuses the rest).
 POOLER_REFUSED_STARTUP = frozenset({"options"})
+#: The channel of change notices (payload ``<schema>:<PIPELINE_ID>``), per database as NOTIFY is.
+CHANGE_CHANNEL = "etl_craft_changes"
 
 
 class PostgresDialect(EngineDialect[PgConnection]):
@@ -404,7 +406,45 @@ class PostgresDialect(EngineDialect[PgConnection]):
         return rows[0] if rows else None
 
     def end_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> int | None:
-        return self.execute(conn, _END_ATTEMPT, params).rowcount
+        return self.execute(conn, _END_ATTEMPT, (*params, CHANGE_CHANNEL, self._notice_prefix)).rowcount
+
+    # -- change notices: LISTEN/NOTIFY on CHANGE_CHANNEL, payload "<schema>:<PIPELINE_ID>" --------------------
+
+    delivers_notices = True
+
+    @property
+    def _notice_prefix(self) -> str:
+        return f"{self.profile.schema}:"
+
+    def change_notice(
+        self, pipeline_id: int | None = None, pipeline_run_id: int | None = None
+    ) -> tuple[str, tuple[Any, ...]] | None:
+        if pipeline_id is not None:
+            return "SELECT pg_notify(?, ?)", (CHANGE_CHANNEL, f"{self._notice_prefix}{pipeline_id}")
+        return (
+            "SELECT pg_notify(?, ? || PIPELINE_ID) FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?",
+            (CHANGE_CHANNEL, self._notice_prefix, pipeline_run_id),
+        )
+
+    def listen(self, conn: PgConnection) -> None:
+        cur = conn.cursor()
+        try:
+            cur.execute(f"LISTEN {CHANGE_CHANNEL}")
+        finally:
+            cur.close()
+
+    def received_notices(self, conn: PgConnection) -> set[int]:
+        """Notices of this profile's schema only (several Engine schemas may share a database)."""
+        if self.profile.auth.driver == "psycopg":
+            payloads = [n.payload for n in conn.notifies(timeout=0)]  # type: ignore[attr-defined]
+        else:
+            conn.poll()  # type: ignore[attr-defined]
+            payloads = [n.payload for n in conn.notifies]  # type: ignore[attr-defined]
+            conn.notifies.clear()  # type: ignore[attr-defined]
+        prefix = self._notice_prefix
+        return {
+            int(p[len(prefix) :]) for p in payloads if p.startswith(prefix) and p[len(prefix) :].isdigit()
+        }
 
     def table_names_query(self) -> tuple[str, tuple[Any, ...]]:
         return (
@@ -439,12 +479,14 @@ _START_ATTEMPT = (
     "SELECT TASK_RUN_ID, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM tr "
     "RETURNING ATTEMPT_ID, TASK_RUN_ID, (SELECT PIPELINE_RUN_ID FROM tr)"
 )
-#: End a live attempt and copy it to its task run in one statement (no consumption to write).
+#: End a live attempt and copy it to its task run in one statement (no consumption to write), and announce
+#: the change (one row per task run updated, so the row count is what an UPDATE's would be).
 _END_ATTEMPT = (
     "WITH a AS (UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
     "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
-    "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') RETURNING TASK_RUN_ID) "
-    "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, INSERT_COUNT = ?, "
+    "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') RETURNING TASK_RUN_ID), "
+    "t AS (UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, INSERT_COUNT = ?, "
     "UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
-    "WHERE TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM a)"
+    "WHERE TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM a) RETURNING PIPELINE_RUN_ID) "
+    "SELECT pg_notify(?, ? || r.PIPELINE_ID) FROM t JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = t.PIPELINE_RUN_ID"
 )

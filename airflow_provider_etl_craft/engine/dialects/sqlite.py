@@ -55,6 +55,12 @@ class SqliteDialect(EngineDialect[sqlite3.Connection]):
     def integrity_error(self) -> type[Exception]:
         return sqlite3.IntegrityError
 
+    def change_counter(self, conn: sqlite3.Connection) -> int | None:
+        """``PRAGMA data_version``: changes when another connection commits to the file (never for ``conn``'s
+        own writes), read from the WAL index without touching the database pages."""
+        (version,) = conn.execute("PRAGMA data_version").fetchone()
+        return int(version)
+
     def database_error(self) -> type[Exception]:
         return sqlite3.Error
 

@@ -1,0 +1,76 @@
+"""Deferred waits, shared by the claim and by recorded tasks' gates.
+
+A deferred wait frees its worker slot and hands the wait to an
+:class:`~airflow_provider_etl_craft.triggers.engine_change.EngineChangeTrigger`, which wakes the task
+within a second of the change it waits for instead of one poke interval later. The protocol: after a
+look that has to wait, read the wait's fingerprint, look once more (so a change between the two looks is
+seen), then defer with that fingerprint; the trigger fires once it differs. The task's deadline (its
+``timeout``) travels with the deferral, since Airflow starts each resumed look afresh.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.runs.changes import watch_state
+from airflow_provider_etl_craft.settings import setting
+from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
+
+#: Airflow's own allowance past the trigger's deadline before it fails the deferral itself (the trigger
+#: fires ``timeout`` first, so the task can say what it waited for).
+DEFERRAL_GRACE = timedelta(minutes=5)
+
+
+def default_deferrable() -> bool:
+    """Airflow's ``[operators] default_deferrable`` (False when unset), as Airflow's own operators default."""
+    from airflow_provider_etl_craft._compat import conf
+
+    return bool(conf.getboolean("operators", "default_deferrable", fallback=False))
+
+
+def seen_state(hook: EngineDBHook, pipeline_code: str) -> list[int]:
+    """The fingerprint of ``pipeline_code``'s wait, on a connection of its own."""
+    with hook.lifecycle() as lifecycle:
+        return watch_state(lifecycle.engine, lifecycle.conn, pipeline_code)
+
+
+def deadline(timeout: float, carried: str | None) -> datetime:
+    """The wait's deadline: the one carried over from an earlier deferral, else ``timeout`` from now."""
+    if carried is not None:
+        return datetime.fromisoformat(carried)
+    return datetime.now(UTC) + timedelta(seconds=timeout)
+
+
+def defer(
+    task: Any,
+    engine_db: tuple[str, str | None],
+    pipeline_code: str,
+    seen: list[int],
+    recheck_after: float,
+    until: datetime,
+    method_name: str,
+) -> None:
+    """Defer ``task`` until the wait's fingerprint differs from ``seen`` (or ``recheck_after``, or ``until``).
+
+    :param engine_db: the Airflow connection id of the Engine DB and its profile (None: the file's choice).
+    :param method_name: receives ``event`` and ``deadline`` (the ISO deadline, to carry on).
+    """
+    trigger = EngineChangeTrigger(
+        etl_craft_conn_id=engine_db[0],
+        profile=engine_db[1],
+        pipeline_code=pipeline_code,
+        seen=seen,
+        recheck_after=recheck_after,
+        deadline=until.isoformat(),
+        poll_interval=setting("wait_poll_interval"),
+        listen=setting("wait_listen"),
+    )
+    left = until - datetime.now(UTC)
+    task.defer(
+        trigger=trigger,
+        method_name=method_name,
+        kwargs={"deadline": until.isoformat()},
+        timeout=max(left, timedelta(0)) + DEFERRAL_GRACE,
+    )

@@ -1,0 +1,1 @@
+"""Triggers of deferred waits."""

@@ -281,38 +281,45 @@ class Bench:
                 raise RuntimeError(
                     f"DAG run B of {item.dag_id} ended {state}:\n{self.d.report([item.dag_id])}"
                 )
-        latencies, ti_latencies, tries, rows = [], [], [], []
+        latencies, ti_latencies, queued, tries, rows = [], [], [], [], []
         for item in items:
             ((a_end,),) = engine.rows(
                 "SELECT END_DATE FROM AUD_PIPELINES_RUN_LOG WHERE RUN_KEY = ?", item.a.run_key
             )
             a_end_at = hook.engine.from_db_time(a_end)
             b_start_at = hook.engine.from_db_time(self.b_start(engine, item))
-            _, ti_end, try_number = self.claim_ti(item)
+            _, ti_end, try_number, queued_at = self.claim_ti(item)
             latency = (b_start_at - a_end_at).total_seconds()
             ti_latency = (ti_end - a_end_at).total_seconds()
+            # When the scheduler queued the claim's last look: A end -> queued is the wake-up (reschedule date
+            # or trigger) plus the scheduler; queued -> B start is the executor, the task's start and the claim.
+            queued_after = (queued_at - a_end_at).total_seconds() if queued_at else None
             latencies.append(latency)
             ti_latencies.append(ti_latency)
+            if queued_after is not None:
+                queued.append(queued_after)
             tries.append(int(try_number))
             rows.append({"pipeline": item.code, "latency_s": round(latency, 3),
                          "claim_ti_end_latency_s": round(ti_latency, 3), "claim_tries": int(try_number),
+                         "queued_after_a_end_s": None if queued_after is None else round(queued_after, 3),
                          "reschedules": self.d.reschedules(item.dag_id, item.run_id, item.claim_task)})  # fmt: skip
         path.unlink()
         return {
             "n": n,
             "latency_s": _seconds(latencies),
             "claim_ti_end_latency_s": _seconds(ti_latencies),
+            "queued_after_a_end_s": _seconds(queued),
             "claims_retried": sum(1 for t in tries if t > 1),
             "release": "spread evenly over one poke interval" if gap is not None else "one at a time",
             "claim_kwargs": claim,
             "handoffs": rows,
         }
 
-    def claim_ti(self, item: Handoff) -> tuple[Any, Any, Any]:
-        """``(state, end_date, try_number)`` of run B's claim task instance."""
-        rows = self.d.meta("SELECT state, end_date, try_number FROM task_instance WHERE dag_id = %s AND run_id = %s "
+    def claim_ti(self, item: Handoff) -> tuple[Any, Any, Any, Any]:
+        """``(state, end_date, try_number, queued_dttm)`` of run B's claim task instance."""
+        rows = self.d.meta("SELECT state, end_date, try_number, queued_dttm FROM task_instance WHERE dag_id = %s AND run_id = %s "
                            "AND task_id = %s", item.dag_id, item.run_id, item.claim_task)  # fmt: skip
-        return tuple(rows[0]) if rows else (None, None, None)
+        return tuple(rows[0]) if rows else (None, None, None, None)
 
     @staticmethod
     def b_start(engine: Any, item: Handoff) -> Any:
@@ -436,23 +443,25 @@ def section(result: dict[str, Any] | None, table: Callable[..., str]) -> str:
     lines.append(table(["", "plain s", "recorded s", "ratio", "ms/task", "target", "runs s (plain / recorded)"],
                        rows, "lrrrrll"))  # fmt: skip
     lines.append(f"   Claim hand-off: run A (claimed outside Airflow) ends -> run B's waiting claim succeeds; B start - "
-                 f"A end in the Engine DB (claim_poke_interval {result['poke_interval_s']:g} s)")  # fmt: skip
+                 f"A end in the Engine DB (claim_poke_interval {result['poke_interval_s']:g} s);\n   also seconds after A's "
+                 "end: the claim task instance's end_date, and when the scheduler queued its successful look")  # fmt: skip
     rows = []
     for name, part in result["handoff"].items():
         key, mode = name.split("/")
         label = f"{ENGINE_NAMES[key]}, {mode}"
         if "not_available" in part:
-            rows.append([label, "-", "not available", "", "", "", part["not_available"]])
+            rows.append([label, "-", "not available", "", "", "", "", part["not_available"]])
             continue
-        lat, ti = part["latency_s"], part["claim_ti_end_latency_s"]
+        lat, ti, q = part["latency_s"], part["claim_ti_end_latency_s"], part.get("queued_after_a_end_s") or {}
         median_t, max_t = HANDOFF_TARGETS.get(name, (None, None))
         target = " ".join(t for t in (f"median <= {median_t:g}" if median_t else "",
                                       f"max <= {max_t:g}" if max_t else "") if t)  # fmt: skip
         rows.append([label, part["n"], f"{lat['median']:.2f}", f"{lat['max']:.2f}",
-                     f"{ti['median']:.2f} / {ti['max']:.2f}", target,
+                     f"{ti['median']:.2f} / {ti['max']:.2f}",
+                     "n/a" if q.get("median") is None else f"{q['median']:.2f} / {q['max']:.2f}", target,
                      f"{part['release']}; {part['claims_retried']} claim(s) retried"])  # fmt: skip
-    lines.append(table(["Engine DB, wait mode", "n", "median s", "max s", "claim TI end (median / max)", "target",
-                        "how"], rows, "lrrrrll"))  # fmt: skip
+    lines.append(table(["Engine DB, wait mode", "n", "median s", "max s", "claim TI end (median / max)",
+                        "claim queued (median / max)", "target", "how"], rows, "lrrrrrll"))  # fmt: skip
     settings = ", ".join(f"{k.replace('AIRFLOW__', '').lower()}={v}" for k, v in result["settings"].items())
     lines.append(textwrap.fill(f"settings (the test harness's, unchanged): {settings}", 110,
                                initial_indent="   ", subsequent_indent="     "))  # fmt: skip

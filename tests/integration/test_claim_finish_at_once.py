@@ -12,6 +12,8 @@ live attempts, marks, mapped tasks, errors) still reach it.
 from __future__ import annotations
 
 import io
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -79,8 +81,10 @@ WHERE d.PIPELINE_CODE = 'DOWN' AND u.PIPELINE_CODE = 'UP';
 SALES = ("EXTRACT", "LOAD", "NOTIFY")
 ALL_SUCCESS = dict.fromkeys(SALES, "success")
 RUN_DATE = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
-#: The clock of step i is CLOCK + i minutes on both schemas (both forms read the time once per transition).
-CLOCK = datetime(2026, 3, 1, 6, 0, 0, 123456, tzinfo=UTC)
+#: The clock of step i is CLOCK + i minutes on both schemas (both forms read the time once per transition). It
+#: runs ahead of the server's, so the one call records it as it is (the later of the caller's reading and the
+#: server's clock after the lock; a caller's clock that is behind is tested apart).
+CLOCK = datetime(2099, 3, 1, 6, 0, 0, 123456, tzinfo=UTC)
 AUD_TABLES = {
     "AUD_PIPELINES_RUN_LOG": "PIPELINE_RUN_ID", "AUD_TASK_RUN_LOG": "TASK_RUN_ID", "AUD_TASK_ATTEMPTS": "ATTEMPT_ID",
     "AUD_GATE_DECISIONS": "DECISION_ID", "AUD_DEPENDENCY_CONSUMPTION": "CONSUMPTION_ID",
@@ -412,6 +416,44 @@ def test_a_one_call_claim_and_a_locked_transaction_exclude_each_other(fast: Side
     assert session == [("0", 0)]
     assert impatient.claim("SALES", ident("r1"), SALES).action == "CREATED"
     assert len(fast.spy.take()) == 1
+
+
+@pytest.mark.postgres
+def test_a_one_call_transition_records_a_time_after_its_lock_wait(fast: Side) -> None:
+    """The transaction form reads the clock once it holds the lock, so a run never starts before the one it
+    waited for ended. The one call cannot read the caller's clock after its wait; it takes the server's then.
+    Here the caller's clock is far behind, and the test holds the lock while the call waits."""
+    engine = fast.hook.engine
+    fast.now[0] = datetime(2000, 1, 1, tzinfo=UTC)
+    identity = ident("r1")
+
+    def waiting(call: Callable[[RunLifecycle], Any]) -> tuple[datetime, Any]:
+        """Run ``call`` on a connection of its own while the test holds ``pipeline:SALES`` for 0.3 s; returns
+        when the lock was released, and the call's outcome. The call must be one round trip."""
+        done: list[Any] = []
+        with closing(fast.hook.get_conn()) as other, closing(engine.connect()) as own:
+            spy = SpyConnection(own)
+            with engine.transaction(other, lock="pipeline:SALES"):
+                waiter = threading.Thread(target=lambda: done.append(call(RunLifecycle(engine, spy, 30))))
+                waiter.start()
+                time.sleep(0.3)
+                released = datetime.now(UTC)
+            waiter.join(30)
+        assert done, "the call did not return"
+        assert len(spy.sent) == 1 and called_at_once(spy.sent), spy.sent
+        return released, done[0]
+
+    released, claimed = waiting(lambda lc: lc.claim("SALES", identity, SALES))
+    assert claimed.action == "CREATED"
+    (start,) = engine_rows(fast.hook, "SELECT START_DATE FROM AUD_PIPELINES_RUN_LOG")[0]
+    assert released <= start <= datetime.now(UTC)
+    fast.lc.finish_task(fast.lc.start_task("SALES", "EXTRACT", identity, 1), "SUCCESS")
+    fast.lc.finish_task(fast.lc.start_task("SALES", "LOAD", identity, 1), "SUCCESS")
+    fast.lc.finish_task(fast.lc.start_task("SALES", "NOTIFY", identity, 1), "SUCCESS")
+    released, finished = waiting(lambda lc: lc.finish_run("SALES", identity, ALL_SUCCESS))
+    assert (finished.status, finished.sla_status) == ("SUCCESS", "MET")
+    (end,) = engine_rows(fast.hook, "SELECT END_DATE FROM AUD_PIPELINES_RUN_LOG")[0]
+    assert released <= end <= datetime.now(UTC)
 
 
 # -- psycopg 3 (auth_mode sso): one round trip as well -------------------------------------------------------

@@ -15,6 +15,12 @@
 -- runs with a new snapshot (VOLATILE functions, READ COMMITTED), so it sees what the previous holder
 -- committed.
 --
+-- Time: the transaction form reads the clock after it has taken the lock, so a transition never records a time
+-- earlier than the one before it under the same lock. A function cannot read the caller's clock after its
+-- lock, so it records the later of the caller's reading sent with the call (P_NOW) and the server's
+-- clock_timestamp() after the lock. On one host these are the same clock. Across hosts it orders a
+-- pipeline's transitions even when a worker's clock runs behind the server's.
+--
 -- Schema: each function keeps the Engine schema as its search_path (SET search_path FROM CURRENT, the schema
 -- this migration runs in). The caller names the function with that schema and sends nothing else: no
 -- session state is left behind, also behind a transaction pooler. SECURITY INVOKER: a call has only the
@@ -62,6 +68,7 @@ DECLARE
     V_PIPELINE_ID BIGINT;
     V_MINE_ID BIGINT;
     V_MINE_STATUS TEXT;
+    V_NOW TIMESTAMPTZ;
 BEGIN
     O_ACTION := 'SCHEMA';
     IF NOT ETL_CRAFT_SCHEMA_IS_CURRENT(P_VERSIONS, P_TABLES) THEN
@@ -71,6 +78,7 @@ BEGIN
     PERFORM set_config('lock_timeout', P_LOCK_TIMEOUT, true);
     PERFORM pg_advisory_xact_lock(P_LOCK_KEY);
     PERFORM set_config('lock_timeout', '0', true);
+    V_NOW := GREATEST(P_NOW, clock_timestamp());
 
     SELECT p.PIPELINE_ID INTO V_PIPELINE_ID FROM CFG_PIPELINES p
      WHERE p.PIPELINE_CODE = P_PIPELINE_CODE AND p.ACTIVE_FLAG = 'Y';
@@ -117,7 +125,7 @@ BEGIN
     END IF;
     INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, END_DATE, STATUS, RUN_DATE, BACKFILL, RUN_KEY,
         TRIGGER_KIND, OWNER_ID, STARTED_BY, STARTED_BY_KIND, ENDED_BY, ENDED_BY_KIND)
-    VALUES (V_PIPELINE_ID, P_NOW, NULL, 'IN-PROGRESS', P_RUN_DATE, P_BACKFILL, P_RUN_KEY, 'ORCHESTRATOR', P_RUN_KEY,
+    VALUES (V_PIPELINE_ID, V_NOW, NULL, 'IN-PROGRESS', P_RUN_DATE, P_BACKFILL, P_RUN_KEY, 'ORCHESTRATOR', P_RUN_KEY,
         P_ACTOR, P_ACTOR_KIND, NULL, NULL)
     RETURNING PIPELINE_RUN_ID INTO O_PIPELINE_RUN_ID;
     O_ACTION := 'CREATED';
@@ -150,6 +158,7 @@ DECLARE
     V_FAILING BOOLEAN;
     V_ALL_SKIPPED BOOLEAN;
     V_NEW_SLA TEXT;
+    V_NOW TIMESTAMPTZ;
 BEGIN
     O_ACTION := 'SCHEMA';
     IF NOT ETL_CRAFT_SCHEMA_IS_CURRENT(P_VERSIONS, P_TABLES) THEN
@@ -159,6 +168,7 @@ BEGIN
     PERFORM set_config('lock_timeout', P_LOCK_TIMEOUT, true);
     PERFORM pg_advisory_xact_lock(P_LOCK_KEY);
     PERFORM set_config('lock_timeout', '0', true);
+    V_NOW := GREATEST(P_NOW, clock_timestamp());
 
     -- The keyed run and its pipeline, row-locked as the transaction form's _KEYED_RUN does: an attempt that
     -- is starting without the pipeline lock (it share-locks the run) either committed already or waits for us.
@@ -208,12 +218,12 @@ BEGIN
     -- finish.py's _sla does (microseconds / 1e6 / 3600 in double precision), so the boundary agrees.
     IF V_REPAIR_PENDING = 'N' AND V_SLA_HOURS IS NOT NULL AND V_START_DATE IS NOT NULL THEN
         V_NEW_SLA := CASE
-            WHEN round(EXTRACT(EPOCH FROM P_NOW - V_START_DATE) * 1000000)::BIGINT::DOUBLE PRECISION / 1000000 / 3600
+            WHEN round(EXTRACT(EPOCH FROM V_NOW - V_START_DATE) * 1000000)::BIGINT::DOUBLE PRECISION / 1000000 / 3600
                  <= V_SLA_HOURS THEN 'MET'
             ELSE 'BREACHED' END;
     END IF;
     O_SLA_STATUS := COALESCE(V_SLA_STATUS, V_NEW_SLA);
-    UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = O_STATUS, END_DATE = P_NOW, ENDED_BY = P_ACTOR,
+    UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = O_STATUS, END_DATE = V_NOW, ENDED_BY = P_ACTOR,
         ENDED_BY_KIND = P_ACTOR_KIND, SLA_STATUS = COALESCE(SLA_STATUS, V_NEW_SLA),
         OUTPUT_REVISION = V_REVISION + CASE WHEN V_REPAIR_PENDING = 'Y' THEN 1 ELSE 0 END, REPAIR_PENDING = 'N'
      WHERE PIPELINE_RUN_ID = O_PIPELINE_RUN_ID;
@@ -221,7 +231,7 @@ BEGIN
         INSERT INTO AUD_DEPENDENCY_CONSUMPTION (PIPELINE_DEPENDENCY_ID, PIPELINE_ID, PIPELINE_RUN_ID,
             DEPENDS_ON_PIPELINE_ID, CONSUMED_PIPELINE_RUN_ID, CONSUMED_AT, CONSUMED_REVISION)
         SELECT g.PIPELINE_DEPENDENCY_ID, d.PIPELINE_ID, g.PIPELINE_RUN_ID, d.DEPENDS_ON_PIPELINE_ID,
-               g.SELECTED_PIPELINE_RUN_ID, P_NOW, g.SELECTED_REVISION
+               g.SELECTED_PIPELINE_RUN_ID, V_NOW, g.SELECTED_REVISION
           FROM AUD_GATE_DECISIONS g JOIN CFG_PIPELINE_DEPENDENCY d ON d.PIPELINE_DEPENDENCY_ID = g.PIPELINE_DEPENDENCY_ID
          WHERE g.PIPELINE_RUN_ID = O_PIPELINE_RUN_ID AND g.RESULT = 'SATISFIED' AND g.SELECTED_PIPELINE_RUN_ID IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM AUD_DEPENDENCY_CONSUMPTION c

@@ -75,12 +75,13 @@ class EngineDialect(ABC, Generic[ConnT]):
     ) -> Row | None:
         """Claim with ``lock`` held, in one call, when the common case applies (PostgreSQL: ``ETL_CRAFT_CLAIM``).
 
-        ``params``: the ENGINE versions and Engine tables of a current schema (:func:`~..schema.current_marks`),
+        ``params``: the ENGINE versions and Engine tables of a current schema (``engine.schema.current_marks``),
         pipeline code, the DAG's task codes (None: not checked), run key, now, run date, backfill ('Y'/'N'),
-        actor, actor kind. The row: action (CREATED, RESUMED, BLOCKED; FULL: nothing written, the schema is
-        current, decide in a transaction), the lenient task codes, then the run's :class:`~..runs.records.RunRow`
-        columns (the blocking run for BLOCKED; only its id otherwise). None: nothing written, and the schema
-        was not checked (or is not current): the transaction form checks it.
+        actor, actor kind. Like the transaction form, the call records a time read once it holds the lock: the
+        later of ``now`` and the database's clock then. The row: action (CREATED, RESUMED, BLOCKED; FULL:
+        nothing written, the schema is current, decide in a transaction), the lenient task codes, then the
+        run's ``RunRow`` columns (the blocking run for BLOCKED; only its id otherwise). None: nothing written,
+        and the schema was not checked (or is not current): the transaction form checks it.
 
         :raises LockTimeoutError: ``lock`` was not acquired within ``lock_timeout`` seconds; nothing was done.
         """
@@ -92,8 +93,8 @@ class EngineDialect(ABC, Generic[ConnT]):
         """End the keyed run with ``lock`` held, in one call, when the common case applies (``ETL_CRAFT_FINISH``).
 
         ``params``: the ENGINE versions and Engine tables of a current schema, pipeline code, run key,
-        Airflow's task states by code (a JSON object), the codes whose failure decides nothing, now, actor,
-        actor kind. The row: action (FINISHED, or ENDED: it had ended already, nothing written), run id,
+        Airflow's task states by code (a JSON object), the codes whose failure decides nothing, now (as for
+        :meth:`claim_at_once`), actor, actor kind. The row: action (FINISHED, or ENDED: it had ended already, nothing written), run id,
         status, SLA status, the codes of failed or cancelled task runs. None: nothing written (decide in a
         transaction).
 

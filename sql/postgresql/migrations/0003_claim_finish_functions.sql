@@ -7,7 +7,7 @@
 -- pause, pipeline dependencies, tasks Airflow never ran, live attempts, tasks marked by hand, an error to
 -- explain), a function writes nothing and answers 'FULL', and the provider runs the transaction form.
 -- Where a function writes, it writes exactly the rows the transaction form would write
--- (tests/integration/test_round_trips.py compares the two).
+-- (tests/integration/test_claim_finish_at_once.py compares the two).
 --
 -- Lock: the caller passes the advisory key of pipeline:<code> as engine/locks.py computes it, and the
 -- lock_timeout to wait with. A function and the transaction form therefore take the same transaction lock and
@@ -31,8 +31,8 @@
 -- one answers 'SCHEMA', and the provider's schema check names the migration to apply. A later migration may
 -- CREATE OR REPLACE a function only if its arguments and its answer keep their meaning (a fix, a faster
 -- plan). A change to either needs a new name (ETL_CRAFT_CLAIM_2, ...), because workers of an older release
--- keep calling the old name during a rolling upgrade. On PostgreSQL the same migration must keep a
--- function's answer the same as the transaction form of the same release.
+-- keep calling the old name during a rolling upgrade. A release that changes a transaction form changes the
+-- function to match, in a new migration of the same release, so the two forms still write the same rows.
 
 -- Whether the Engine schema is current: every Engine table is present (P_TABLES, upper case) and every ENGINE
 -- migration the caller packages (P_VERSIONS) is in the ledger. engine/schema.py's require_current uses the same rule.

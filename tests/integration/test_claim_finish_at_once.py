@@ -352,7 +352,7 @@ def test_claims_and_finishes_write_the_same_rows_in_one_call_as_in_their_transac
 
     # The common cases took one round trip; everything else reached the transaction form after the call said so
     # (a mapped finish does not call at all). With the one-call forms off, nothing calls a function.
-    for (what, _, sent), (path, _) in zip(at_once, ((p, w) for w, p, _ in SCENARIO), strict=True):
+    for (what, _, sent), (_, path, _) in zip(at_once, SCENARIO, strict=True):
         if path == ONE:
             assert len(sent) == 1 and called_at_once(sent), (what, sent)
         elif path == FULL:

@@ -63,10 +63,25 @@ def packaged_migrations(dialect_name: str) -> list[tuple[str, str]]:
     return [(item.name, item.read_text(encoding="utf-8")) for item in items]
 
 
+def packaged_versions(dialect_name: str) -> tuple[str, ...]:
+    """The versions (file names) of the packaged ENGINE migrations of a dialect, in order; no file is read."""
+    folder = sql_root() / dialect_name / "migrations"
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted(item.name for item in folder.iterdir() if item.name.endswith(".sql")))
+
+
 def latest_version(dialect_name: str) -> str:
     """The ENGINE version a fully migrated Engine DB of this dialect is at."""
-    versions = [version for version, _ in packaged_migrations(dialect_name)]
+    versions = packaged_versions(dialect_name)
     return versions[-1] if versions else SCHEMA_VERSION
+
+
+def current_marks(dialect_name: str) -> tuple[list[str], list[str]]:
+    """What a CURRENT Engine schema holds, as :func:`require_current` decides it: every packaged ENGINE version
+    and every Engine table (upper case). The one-call forms of claim and finish check these in the database
+    (``ETL_CRAFT_SCHEMA_IS_CURRENT``, ENGINE migration 0003 on PostgreSQL) instead of two schema queries."""
+    return list(packaged_versions(dialect_name)), sorted(ENGINE_TABLES)
 
 
 class Verdict(enum.Enum):
@@ -141,7 +156,7 @@ def schema_state(dialect: EngineDialect, conn: Connection, cur: Cursor | None = 
         ledger = "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE'"
         rows = dialect.rows(cur, ledger) if cur is not None else dialect.query(conn, ledger)
         applied = frozenset(r[0] for r in rows)
-    pending = tuple(v for v, _ in packaged_migrations(dialect.name) if v not in applied)
+    pending = tuple(v for v in packaged_versions(dialect.name) if v not in applied)
     return SchemaState(present, applied, pending, f"{dialect.describe()} schema {dialect.profile.schema}")
 
 

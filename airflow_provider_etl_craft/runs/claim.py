@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from airflow_provider_etl_craft.engine.dbapi import Cursor
-from airflow_provider_etl_craft.engine.schema import require_current
+from airflow_provider_etl_craft.engine.dbapi import Cursor, Row
+from airflow_provider_etl_craft.engine.locks import pipeline_lock
+from airflow_provider_etl_craft.engine.schema import current_marks, require_current
 from airflow_provider_etl_craft.errors import MetadataError
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import SATISFIED, WAIT
@@ -39,15 +40,20 @@ class Claim(Transition):
 
         Resumes the keyed run if IN-PROGRESS, reports BLOCKED while another run of the pipeline is
         IN-PROGRESS, reopens the keyed run if it ended (REOPEN intervention, REPAIR_PENDING='Y'), else
-        inserts a new IN-PROGRESS run.
+        inserts a new IN-PROGRESS run. Where the dialect has a one-call form (PostgreSQL), a new run, a
+        resume and a block take one round trip; the rest falls back to the transaction.
 
         :param task_codes: when given, must equal the pipeline's active task codes (METADATA otherwise).
         :raises MetadataError: the pipeline is not active, or the task codes differ.
         :raises LockTimeoutError: the pipeline lock was busy for ``lock_timeout`` seconds.
         :raises EngineDBError: the Engine tables are missing, partial or not migrated to this release.
         """
-        require_current(self.engine, self.conn)
         try:
+            row = self._at_once(pipeline_code, identity, task_codes)
+            if row is not None and row[0] != "FULL":
+                return self._answered(row)
+            if row is None:  # the one call did not find the schema current (or could not ask)
+                require_current(self.engine, self.conn)
             with self.locked(pipeline_code) as cur:
                 pipeline_id = self.active_pipeline(cur, pipeline_code)
                 lenient = (
@@ -63,6 +69,40 @@ class Claim(Transition):
                 outcome.action, outcome.pipeline_run_id, reason=outcome.reason, lenient_tasks=lenient
             )
         return outcome
+
+    def _at_once(
+        self, pipeline_code: str, identity: RunIdentity, task_codes: Collection[str] | None
+    ) -> Row | None:
+        """The dialect's one-call claim (PostgreSQL: ``ETL_CRAFT_CLAIM``), which writes only what this class
+        would write: a new IN-PROGRESS run when nothing needs judging. Its row says CREATED, RESUMED or BLOCKED;
+        FULL (nothing written, the schema is current) leaves the case to the transaction; None (nothing
+        written) leaves the schema check to it too."""
+        versions, tables = current_marks(self.engine.name)
+        run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
+        return self.engine.claim_at_once(
+            self.conn,
+            pipeline_lock(pipeline_code),
+            self.lock_timeout,
+            (
+                versions,
+                tables,
+                pipeline_code,
+                None if task_codes is None else sorted(set(task_codes)),
+                identity.run_key,
+                self.now()[1],
+                run_date,
+                "Y" if identity.backfill else "N",
+                identity.actor,
+                identity.actor_kind,
+            ),
+        )
+
+    def _answered(self, row: Row) -> ClaimOutcome:
+        """The outcome of a claim the one call decided (see :meth:`EngineDialect.claim_at_once`)."""
+        action, lenient, run = row[0], tuple(sorted(row[1] or ())), row[2:]
+        if action == "BLOCKED":
+            return ClaimOutcome("BLOCKED", blocking=self.run_row(run))
+        return ClaimOutcome(action, int(run[0]), lenient_tasks=lenient)
 
     def _lenient(
         self, cur: Cursor, pipeline_id: int, code: str, task_codes: Collection[str], where: str

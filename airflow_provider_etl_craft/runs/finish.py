@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
+from airflow_provider_etl_craft.engine.locks import pipeline_lock
+from airflow_provider_etl_craft.engine.schema import current_marks
 from airflow_provider_etl_craft.errors import RunStateError
 from airflow_provider_etl_craft.runs.attempts import settle_mapped
 from airflow_provider_etl_craft.runs.identity import RunIdentity
@@ -53,6 +56,10 @@ class FinishRun(Transition):
             DAG run says (teardown tasks without ``on_failure_fail_dagrun``), like ``EMAIL_ALERT`` tasks.
         :raises RunStateError: no run with this key.
         """
+        if not map_states:
+            done = self._at_once(pipeline_code, identity, airflow_states, not_deciding)
+            if done is not None:
+                return done
         with self.locked(pipeline_code) as cur:
             row = self.exec(cur, _KEYED_RUN, (pipeline_code, identity.run_key)).fetchone()
             if row is None:
@@ -77,6 +84,42 @@ class FinishRun(Transition):
         failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
         outcome = FinishOutcome(run.pipeline_run_id, final, skipped=_sorted(skipped), lost=_sorted(lost))
         return replace(outcome, failed=_sorted(failed), sla_status=sla)
+
+    def _at_once(
+        self,
+        pipeline_code: str,
+        identity: RunIdentity,
+        airflow_states: Mapping[str, str | None],
+        not_deciding: Collection[str],
+    ) -> FinishOutcome | None:
+        """The dialect's one-call finish (PostgreSQL: ``ETL_CRAFT_FINISH``) when nothing needs recording but the
+        run's end: every task of the DAG has a task run Airflow's state does not overrule, and no attempt is
+        live. It writes what this class would write. None: nothing written, the transaction decides.
+        """
+        # ETL_CRAFT_FINISH sends the change notice itself, as the transaction form's announce() does.
+        versions, tables = current_marks(self.engine.name)
+        row = self.engine.finish_at_once(
+            self.conn,
+            pipeline_lock(pipeline_code),
+            self.lock_timeout,
+            (
+                versions,
+                tables,
+                pipeline_code,
+                identity.run_key,
+                json.dumps(dict(airflow_states)),
+                sorted(set(not_deciding)),
+                self.now()[1],
+                identity.actor,
+                identity.actor_kind,
+            ),
+        )
+        if row is None:
+            return None
+        action, run_id, status, sla_status, failed = row
+        if action == "ENDED":
+            return FinishOutcome(int(run_id), status, already_ended=True, sla_status=sla_status)
+        return FinishOutcome(int(run_id), status, failed=_sorted(list(failed or ())), sla_status=sla_status)
 
     def _close_run(
         self, cur: Cursor, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any

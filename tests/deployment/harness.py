@@ -521,18 +521,34 @@ class AirflowDeployment:
 
     def _launch(self) -> None:
         for name in self.components:
-            args = (
-                ["api-server", "--host", "127.0.0.1", "--port", str(self.port)]
-                if name == "api-server"
-                else [name]
-            )
-            out = self.component_log(name).open("wb")
-            try:
-                self.procs[name] = subprocess.Popen([*airflow_cli(), *args], env=self.env, cwd=self.root, stdout=out,
-                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                    start_new_session=True)  # fmt: skip
-            finally:
-                out.close()
+            self._launch_one(name)
+
+    def _launch_one(self, name: str) -> None:
+        args = (
+            ["api-server", "--host", "127.0.0.1", "--port", str(self.port)]
+            if name == "api-server"
+            else [name]
+        )
+        out = self.component_log(name).open("ab")
+        try:
+            self.procs[name] = subprocess.Popen([*airflow_cli(), *args], env=self.env, cwd=self.root, stdout=out,
+                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)  # fmt: skip
+        finally:
+            out.close()
+
+    def kill_and_restart(self, name: str) -> None:
+        """SIGKILL one component and everything below it (as a lost machine would), start it again, and wait
+        until the deployment is healthy."""
+        parent = psutil.Process(self.procs[name].pid)
+        victims = [parent, *parent.children(recursive=True)]
+        for p in victims:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(victims, timeout=10)
+        self.procs[name].wait(timeout=10)
+        self._launch_one(name)
+        self._wait_ready()
 
     def _wait_ready(self) -> None:
         """Until the API answers and the scheduler, dag-processor and triggerer heartbeat (those that run)."""
@@ -721,6 +737,11 @@ class AirflowDeployment:
         if response.status_code >= 300:
             raise DeploymentError(f"{method} {path} -> {response.status_code}: {response.text}")
         return response.json()
+
+    def add_connection(self, conn_id: str, conn_type: str, extra: dict[str, Any], **fields: Any) -> None:
+        """Create an Airflow connection in the metadata DB through the REST API (as the UI's form does)."""
+        self._api("POST", "/api/v2/connections",
+                  {"connection_id": conn_id, "conn_type": conn_type, "extra": json.dumps(extra), **fields})  # fmt: skip
 
     def trigger(
         self, dag_id: str, logical_date: datetime | None = None, conf: dict[str, Any] | None = None

@@ -84,6 +84,7 @@ def states(pipeline: Pipeline, dag: str, task_id: str) -> set[str]:
     return found
 
 
+@pytest.mark.smoke
 def test_a_deferred_claim_wakes_when_the_blocking_run_ends(pipeline: Pipeline, request) -> None:  # noqa: ANN001
     # A run etl-craft started itself: the claim waits for it (never closes it as abandoned).
     pipeline.rows(

@@ -94,6 +94,7 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
     assert [tuple(r) for r in ledger] == [
         ("ENGINE", "0001_schema"),
         ("ENGINE", "0002_map_index.sql"),
+        ("ENGINE", "0003_claim_finish_functions.sql"),
         ("PROJECT", "0001_example_pipeline.sql"),
     ]
 

@@ -63,4 +63,5 @@ def test_init_db_operator_succeeds_and_returns_what_it_did(
     assert engine_rows(engine.hook(), "SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY VERSION") == [
         ("ENGINE", "0001_schema"),
         ("ENGINE", "0002_map_index.sql"),
+        ("ENGINE", "0003_claim_finish_functions.sql"),
     ]

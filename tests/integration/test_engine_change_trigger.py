@@ -115,12 +115,30 @@ def listening(engine: EngineSetup) -> bool:
         return bool(cur.fetchone()[0])
 
 
+@pytest.mark.smoke
 def test_the_end_of_the_waited_run_wakes_the_trigger(waited: EngineSetup) -> None:
     running = Running(trigger(seen(waited)))
     wait_until(lambda: listening(waited), 30, "the trigger to watch", interval=0.05)
     assert not running.fired()
     finish(waited)
-    assert running.result(30) == {"status": "changed", "pipeline_code": WAITED}
+    assert running.result(30) == {"status": "changed", "pipeline_code": WAITED, "deadline": None}
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_a_finish_in_one_call_wakes_the_trigger(waited: EngineSetup) -> None:
+    # Every task recorded: the finish is ENGINE 0003's ETL_CRAFT_FINISH, which sends the notice itself.
+    identity = RunIdentity("holder", "run_1")
+    with waited.hook().lifecycle(lock_timeout=10) as lc:
+        lc.finish_task(lc.start_task(WAITED, "A", identity, 1), "SUCCESS")
+    running = Running(trigger(seen(waited)))
+    wait_until(lambda: listening(waited), 30, "the trigger to watch", interval=0.05)
+    with waited.hook().lifecycle(lock_timeout=10) as lc:
+        calls: list[str] = []
+        original = lc.engine.finish_at_once
+        lc.engine.finish_at_once = lambda *a, **k: calls.append("one call") or original(*a, **k)  # type: ignore[method-assign]
+        assert lc.finish_run(WAITED, identity, {"A": "success"}).status == "SUCCESS"
+    assert calls == ["one call"]
+    assert running.result(30)["status"] == "changed"
 
 
 def test_a_change_before_the_trigger_started_fires_at_once(waited: EngineSetup) -> None:

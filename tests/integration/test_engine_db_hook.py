@@ -209,7 +209,11 @@ def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
         .execute("SELECT SOURCE, VERSION FROM SCHEMA_MIGRATIONS ORDER BY VERSION")
         .fetchall()
     )
-    assert ledger == [("ENGINE", "0001_schema"), ("ENGINE", "0002_map_index.sql")]
+    assert ledger == [
+        ("ENGINE", "0001_schema"),
+        ("ENGINE", "0002_map_index.sql"),
+        ("ENGINE", "0003_claim_finish_functions.sql"),
+    ]
 
 
 @pytest.mark.smoke

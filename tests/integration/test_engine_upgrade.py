@@ -1,6 +1,6 @@
-"""Upgrading an Engine DB made by the previous release (ENGINE 0001 only) in place, on both dialects.
+"""Upgrading an Engine DB made by the first release (ENGINE 0001 only) in place, on both dialects.
 
-The previous release's Engine DB is its ``schema.sql`` with its ledger row, plus runs written the way that
+The first release's Engine DB is its ``schema.sql`` with its ledger row, plus runs written the way that
 release wrote them (no MAP_INDEX). ``migrate`` brings it to the latest schema keeping every row; until then
 the run lifecycle refuses to start with an ENGINE_DB error naming the pending migration.
 """
@@ -19,7 +19,8 @@ from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from tests.conftest import EngineSetup, engine_rows
 
-PENDING = "0002_map_index.sql"
+PENDING = ("0002_map_index.sql", "0003_claim_finish_functions.sql")
+LATEST = PENDING[-1]
 
 # Runs as the previous release wrote them: a finished run with a retried task and a gate decision on its
 # second attempt (a foreign key into AUD_TASK_ATTEMPTS), and a run still IN-PROGRESS with a live attempt.
@@ -96,14 +97,14 @@ def test_an_engine_db_of_the_previous_release_is_migrated_in_place(engine: Engin
     identity = RunIdentity("d", "r2")
     with engine.hook().lifecycle() as lifecycle, pytest.raises(EngineDBError) as refused:
         lifecycle.claim("UP", identity)
-    assert f"needs ENGINE migration {PENDING}" in str(refused.value)
+    assert f"needs ENGINE migration {', '.join(PENDING)}" in str(refused.value)
     assert "etl-craft-airflow migrate" in str(refused.value)
     result = engine.hook().init_db()
-    assert not result.created and f"ENGINE migration {PENDING} is pending" in result.message
+    assert not result.created and f"ENGINE migration {', '.join(PENDING)} is pending" in result.message
 
     status, out, err = cli(engine, "migrate")
     assert (status, err) == (0, ""), err
-    assert f"applied ENGINE {PENDING}" in out
+    assert all(f"applied ENGINE {version}" in out for version in PENDING)
 
     # Every row kept as it was; the new column is NULL (unmapped) for all of them.
     after = {t: dump(engine, t, ", ".join(old_columns[t])) for t in TABLES}
@@ -111,8 +112,8 @@ def test_an_engine_db_of_the_previous_release_is_migrated_in_place(engine: Engin
     assert dump(engine, "AUD_TASK_ATTEMPTS", "MAP_INDEX") == [(None,)] * 3
     assert columns(engine, "AUD_TASK_ATTEMPTS") == [*old_columns["AUD_TASK_ATTEMPTS"], "MAP_INDEX"]
     ledger = dump(engine, "SCHEMA_MIGRATIONS", "SOURCE, VERSION")
-    assert sorted(ledger) == [("ENGINE", SCHEMA_VERSION), ("ENGINE", PENDING)]
-    assert latest_version(engine.hook().engine.name) == PENDING
+    assert sorted(ledger) == [("ENGINE", SCHEMA_VERSION), *(("ENGINE", version) for version in PENDING)]
+    assert latest_version(engine.hook().engine.name) == LATEST
 
     # Repeatable: a second migrate applies nothing and changes nothing.
     status, out, _ = cli(engine, "migrate")
@@ -144,11 +145,11 @@ def test_an_engine_db_of_the_previous_release_is_migrated_in_place(engine: Engin
 
 def test_a_fresh_init_db_creates_the_latest_schema_in_one_step(engine: EngineSetup) -> None:
     result = engine.hook().init_db()
-    assert result.created and result.version == PENDING
+    assert result.created and result.version == LATEST
     assert sorted(dump(engine, "SCHEMA_MIGRATIONS", "SOURCE, VERSION")) == [
         ("ENGINE", SCHEMA_VERSION),
-        ("ENGINE", PENDING),
+        *(("ENGINE", version) for version in PENDING),
     ]
     assert "MAP_INDEX" in columns(engine, "AUD_TASK_ATTEMPTS")
     status, out, _ = cli(engine, "migrate")
-    assert status == 0 and "applied ENGINE" not in out and f"already at {PENDING}" in out
+    assert status == 0 and "applied ENGINE" not in out and f"already at {LATEST}" in out

@@ -24,7 +24,23 @@ from tests.fixtures.fix_airflow import airflow_cli
 def test_the_provider_info_declares_every_option_with_its_default() -> None:
     options = get_provider_info()["config"]["etl_craft"]["options"]
     assert {name: o["default"] for name, o in options.items()} == {n: o.default for n, o in OPTIONS.items()}
-    assert all(o["description"] and o["type"] in ("string", "integer", "float") for o in options.values())
+    assert all(
+        o["description"] and o["type"] in ("string", "integer", "float", "boolean") for o in options.values()
+    )
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("True", True), ("false", False), ("1", True), ("off", False)])
+def test_a_boolean_option_takes_airflows_spellings(
+    raw: str, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__ETL_CRAFT__WAIT_LISTEN", raw)
+    assert setting("wait_listen") is expected
+
+
+def test_a_boolean_option_that_is_not_one_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__ETL_CRAFT__WAIT_LISTEN", "maybe")
+    with pytest.raises(ValueError, match="wait_listen = 'maybe' is not a valid boolean"):
+        setting("wait_listen")
 
 
 def test_defaults_apply_when_nothing_is_configured() -> None:

@@ -61,9 +61,46 @@ class EngineDialect(ABC, Generic[ConnT]):
     begin_statement: ClassVar[str] = "BEGIN"
     # -- single-statement forms of run-lifecycle writes ---------------------------------------------------
     # Where a dialect can send several dependent writes as one atomic statement (PostgreSQL: INSERT/UPDATE …
-    # RETURNING inside WITH), the run lifecycle's commonest writes take one round trip instead of a
-    # transaction. Each returns None where the dialect has no such form; the lifecycle then takes its one
-    # transaction form, which is also what decides every case the single statement leaves alone.
+    # RETURNING inside WITH, or a call of a function of ENGINE migration 0003), the run lifecycle's commonest
+    # transitions take one round trip instead of a transaction. Each returns None where the dialect has no
+    # such form; the lifecycle then takes its one transaction form, which is also what decides every case the
+    # single statement leaves alone.
+
+    #: False: every ``*_at_once`` form answers None, so the lifecycle takes its transaction forms (tests set it
+    #: on a dialect instance to compare the two forms on the same scenarios).
+    at_once_forms: bool = True
+
+    def claim_at_once(
+        self, conn: ConnT, lock: str, lock_timeout: float | None, params: Sequence[Any]
+    ) -> Row | None:
+        """Claim with ``lock`` held, in one call, when the common case applies (PostgreSQL: ``ETL_CRAFT_CLAIM``).
+
+        ``params``: the ENGINE versions and Engine tables of a current schema (``engine.schema.current_marks``),
+        pipeline code, the DAG's task codes (None: not checked), run key, now, run date, backfill ('Y'/'N'),
+        actor, actor kind. Like the transaction form, the call records a time read once it holds the lock: the
+        later of ``now`` and the database's clock then. The row: action (CREATED, RESUMED, BLOCKED; FULL:
+        nothing written, the schema is current, decide in a transaction), the lenient task codes, then the
+        run's ``RunRow`` columns (the blocking run for BLOCKED; only its id otherwise). None: nothing written,
+        and the schema was not checked (or is not current): the transaction form checks it.
+
+        :raises LockTimeoutError: ``lock`` was not acquired within ``lock_timeout`` seconds; nothing was done.
+        """
+        return None
+
+    def finish_at_once(
+        self, conn: ConnT, lock: str, lock_timeout: float | None, params: Sequence[Any]
+    ) -> Row | None:
+        """End the keyed run with ``lock`` held, in one call, when the common case applies (``ETL_CRAFT_FINISH``).
+
+        ``params``: the ENGINE versions and Engine tables of a current schema, pipeline code, run key,
+        Airflow's task states by code (a JSON object), the codes whose failure decides nothing, now (as for
+        :meth:`claim_at_once`), actor, actor kind. The row: action (FINISHED, or ENDED: it had ended already, nothing written), run id,
+        status, SLA status, the codes of failed or cancelled task runs. None: nothing written (decide in a
+        transaction).
+
+        :raises LockTimeoutError: ``lock`` was not acquired within ``lock_timeout`` seconds; nothing was done.
+        """
+        return None
 
     def start_attempt_at_once(self, conn: ConnT, params: Sequence[Any]) -> Row | None:
         """Open attempt and task run when nothing needs judging; ``(ATTEMPT_ID, TASK_RUN_ID, PIPELINE_RUN_ID)``.

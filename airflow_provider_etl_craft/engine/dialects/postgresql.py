@@ -47,7 +47,8 @@ _LOGIN_REFUSED = ("28P01", "28000")
 #: ``ignore_startup_parameters`` lists them (PgBouncer passes only client_encoding, DateStyle, TimeZone,
 #: standard_conforming_strings and application_name; RDS Proxy pins or refuses the rest).
 POOLER_REFUSED_STARTUP = frozenset({"options"})
-#: The channel of change notices (payload ``<schema>:<PIPELINE_ID>``), per database as NOTIFY is.
+#: The channel of change notices (payload ``<schema>:<PIPELINE_ID>``), per database as NOTIFY is; ENGINE
+#: migration 0003's ETL_CRAFT_FINISH sends it too (a test pins the two together).
 CHANGE_CHANNEL = "etl_craft_changes"
 
 
@@ -58,6 +59,7 @@ class PostgresDialect(EngineDialect[PgConnection]):
     def __init__(self, profile: EngineProfile) -> None:
         super().__init__(profile)
         self._scoped_cache: dict[str, str] = {}
+        self._at_once_cache: dict[str, str] = {}
 
     def to_db_time(self, value: datetime) -> datetime:
         return value.astimezone(UTC)
@@ -177,11 +179,14 @@ class PostgresDialect(EngineDialect[PgConnection]):
         """
         return self.profile.auth.driver != "psycopg"
 
-    def _set_search_path(self) -> str:
+    def _quoted_schema(self) -> str:
         schema = self.profile.schema
         if not SCHEMA_NAME.fullmatch(schema):  # validated by the profile already; never trust it into SQL
             raise ConfigurationError(f"schema {schema!r} is not a plain identifier")
-        return f'SET LOCAL search_path TO "{schema}"'
+        return f'"{schema}"'
+
+    def _set_search_path(self) -> str:
+        return f"SET LOCAL search_path TO {self._quoted_schema()}"
 
     def begin(self, cur: Cursor, lock: str | None, lock_timeout: float | None) -> None:
         """``BEGIN``, the Engine schema for this transaction, and ``lock`` as an advisory transaction lock.
@@ -194,9 +199,8 @@ class PostgresDialect(EngineDialect[PgConnection]):
         steps: list[tuple[str, tuple[Any, ...]]] = [("BEGIN", ()), (self._set_search_path(), ())]
         if lock is not None:
             locks.check_lock_name(lock)
-            millis = 0 if lock_timeout is None else max(1, int(lock_timeout * 1000))
             steps += [
-                ("SELECT set_config('lock_timeout', %s, true)", (f"{millis}ms",)),
+                ("SELECT set_config('lock_timeout', %s, true)", (_lock_wait(lock_timeout),)),
                 ("SELECT pg_advisory_xact_lock(%s)", (locks.advisory_key(self.profile.schema, lock),)),
                 ("SET LOCAL lock_timeout = 0", ()),
             ]
@@ -402,10 +406,14 @@ class PostgresDialect(EngineDialect[PgConnection]):
         cursor.execute(text)
 
     def start_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> Row | None:
+        if not self.at_once_forms:
+            return None
         rows = self.execute(conn, _START_ATTEMPT, params).rows
         return rows[0] if rows else None
 
     def end_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> int | None:
+        if not self.at_once_forms:
+            return None
         return self.execute(conn, _END_ATTEMPT, (*params, CHANGE_CHANNEL, self._notice_prefix)).rowcount
 
     # -- change notices: LISTEN/NOTIFY on CHANGE_CHANNEL, payload "<schema>:<PIPELINE_ID>" --------------------
@@ -446,6 +454,59 @@ class PostgresDialect(EngineDialect[PgConnection]):
             int(p[len(prefix) :]) for p in payloads if p.startswith(prefix) and p[len(prefix) :].isdigit()
         }
 
+    def claim_at_once(
+        self, conn: PgConnection, lock: str, lock_timeout: float | None, params: Sequence[Any]
+    ) -> Row | None:
+        """``ETL_CRAFT_CLAIM`` (ENGINE migration 0003): one statement, one round trip with either driver."""
+        row = self._call_at_once(conn, _CLAIM, lock, lock_timeout, params)
+        return None if row is None or row[0] == _SCHEMA_NOT_CURRENT else row
+
+    def finish_at_once(
+        self, conn: PgConnection, lock: str, lock_timeout: float | None, params: Sequence[Any]
+    ) -> Row | None:
+        """``ETL_CRAFT_FINISH`` (ENGINE migration 0003): one statement, one round trip with either driver."""
+        row = self._call_at_once(conn, _FINISH, lock, lock_timeout, params)
+        return None if row is None or row[0] in (_SCHEMA_NOT_CURRENT, _DECIDE_IN_TRANSACTION) else row
+
+    def _call_at_once(
+        self,
+        conn: PgConnection,
+        function: tuple[str, str],
+        lock: str,
+        lock_timeout: float | None,
+        params: Sequence[Any],
+    ) -> Row | None:
+        """Call a function of ENGINE migration 0003 by its schema-qualified name, as its own transaction.
+
+        The function keeps the Engine schema as its own ``search_path``, so nothing is set first: the call is one
+        statement on the autocommit connection (psycopg2 and psycopg 3 alike), and the transaction lock it takes
+        ends with it. ``function`` is (name, argument list with casts); the lock key and wait go first.
+
+        :return: the function's row; None when the function is not there or may not be used (an Engine DB not
+            migrated yet, a role without USAGE): the transaction form then checks the schema and says why.
+        :raises LockTimeoutError: the lock wait hit ``lock_timeout`` (SQLSTATE 55P03); nothing was done.
+        """
+        if not self.at_once_forms:
+            return None
+        key = locks.advisory_key(self.profile.schema, locks.check_lock_name(lock))
+        text = self._at_once_cache.get(function[0])
+        if text is None:
+            text = f"SELECT * FROM {self._quoted_schema()}.{function[0]}({function[1]})"  # noqa: S608 - constants
+            self._at_once_cache[function[0]] = text
+        cur = conn.cursor()
+        try:
+            cur.execute(text, (key, _lock_wait(lock_timeout), *params))
+            return cur.fetchone()
+        except self.database_error() as exc:
+            code = locks.sqlstate(exc)
+            if code == locks.LOCK_NOT_AVAILABLE:
+                raise locks.lock_timeout_error(self.profile.schema, lock, lock_timeout) from None
+            if code in _MISSING or code == _INSUFFICIENT_PRIVILEGE:
+                return None
+            raise
+        finally:
+            cur.close()
+
     def table_names_query(self) -> tuple[str, tuple[Any, ...]]:
         return (
             "SELECT upper(c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -454,6 +515,26 @@ class PostgresDialect(EngineDialect[PgConnection]):
         )
 
 
+def _lock_wait(lock_timeout: float | None) -> str:
+    """``lock_timeout`` for a lock wait of ``lock_timeout`` seconds: 0 waits forever, so a bound rounds up to 1ms."""
+    return f"{0 if lock_timeout is None else max(1, int(lock_timeout * 1000))}ms"
+
+
+#: Answers of the functions of ENGINE migration 0003 that wrote nothing: the schema is not current (the
+#: transaction form's schema check explains), or the case needs the transaction form.
+_SCHEMA_NOT_CURRENT, _DECIDE_IN_TRANSACTION = "SCHEMA", "FULL"
+#: ``ETL_CRAFT_CLAIM`` and ``ETL_CRAFT_FINISH`` with their argument types (sql/postgresql/migrations/0003_*.sql):
+#: lock key, lock wait, then the parameters of ``EngineDialect.claim_at_once`` / ``finish_at_once``.
+_CLAIM = (
+    "ETL_CRAFT_CLAIM",
+    "%s::BIGINT, %s::TEXT, %s::TEXT[], %s::TEXT[], %s::TEXT, %s::TEXT[], %s::TEXT, %s::TIMESTAMPTZ, "
+    "%s::TIMESTAMPTZ, %s::TEXT, %s::TEXT, %s::TEXT",
+)
+_FINISH = (
+    "ETL_CRAFT_FINISH",
+    "%s::BIGINT, %s::TEXT, %s::TEXT[], %s::TEXT[], %s::TEXT, %s::TEXT, %s::JSONB, %s::TEXT[], %s::TIMESTAMPTZ, "
+    "%s::TEXT, %s::TEXT",
+)
 #: Start an attempt in one statement when nothing needs judging: the keyed run is IN-PROGRESS (its row
 #: share-locked, as the transaction form does), the task has no dependencies, the pipeline is not paused
 #: and no earlier attempt is live. Otherwise nothing is written and the transaction form decides.

@@ -16,7 +16,6 @@ from typing import Any
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs.changes import watch_state
 from airflow_provider_etl_craft.settings import setting
-from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
 
 #: Airflow's own allowance past the trigger's deadline before it fails the deferral itself (the trigger
 #: fires ``timeout`` first, so the task can say what it waited for).
@@ -57,6 +56,9 @@ def defer(
     :param engine_db: the Airflow connection id of the Engine DB and its profile (None: the file's choice).
     :param method_name: receives ``event`` and ``deadline`` (the ISO deadline, to carry on).
     """
+    # Imported here: every recorded task's process imports this module, few of them ever defer.
+    from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
+
     trigger = EngineChangeTrigger(
         etl_craft_conn_id=engine_db[0],
         profile=engine_db[1],

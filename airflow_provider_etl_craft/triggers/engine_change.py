@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -104,7 +104,7 @@ class EngineChangeTrigger(BaseTrigger):
                     return
             except TimeoutError:
                 continue  # the loop's top fires recheck or timeout
-            except _LOST as exc:
+            except _lost() as exc:
                 delay = RECONNECT_BACKOFF[min(failures, len(RECONNECT_BACKOFF) - 1)]
                 failures += 1
                 self.log.warning(
@@ -196,19 +196,16 @@ def _seconds_until(moment: datetime) -> float:
     return (moment - datetime.now(UTC)).total_seconds()
 
 
-def _driver_errors() -> tuple[type[Exception], ...]:
-    """The drivers' base error classes (a lost connection surfaces as one of them outside ``classified``)."""
-    found: list[type[Exception]] = [sqlite3.Error]
+def _lost() -> tuple[type[Exception], ...]:
+    """What a lost or refused connection raises while waiting (the wait opens a new one, with backoff): the
+    provider's errors, OS errors, and the base error classes of the drivers loaded (a driver error leaves
+    the wait's own queries unclassified). Read when first needed, so importing this module loads no driver."""
+    found: list[type[Exception]] = [EtlCraftError, OSError, sqlite3.Error]
     for module in ("psycopg2", "psycopg"):
-        try:
-            found.append(importlib.import_module(module).Error)
-        except ImportError:
-            continue
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            found.append(loaded.Error)
     return tuple(found)
-
-
-#: What a lost or refused connection raises while waiting: the wait opens a new one (with backoff).
-_LOST: tuple[type[Exception], ...] = (EtlCraftError, OSError, *_driver_errors())
 
 
 def _close_quietly(conn: Any) -> None:

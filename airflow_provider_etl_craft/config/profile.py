@@ -9,21 +9,29 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_etl_craft.auth import AUTH_KEYS, AUTH_MODES, NO_AUTH, AuthMode
-from airflow_provider_etl_craft.config.load import load_connector_file
+from airflow_provider_etl_craft.auth import AUTH_MODES, NO_AUTH, AuthMode
+from airflow_provider_etl_craft.config.load import NAME_KEY, PROFILE_KEYS, load_connector_file, refuse_unknown
 from airflow_provider_etl_craft.config.locate import locate_config
-from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, build_source
+from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, beside_config, build_source
 from airflow_provider_etl_craft.engine.url import (
     PostgresTarget,
     SqliteTarget,
     Target,
     parse_jdbc_url,
-    resolve_beside,
 )
 from airflow_provider_etl_craft.errors import ConfigurationError
 
-#: A plain PostgreSQL identifier; folded to lower case as PostgreSQL folds unquoted names.
+#: A plain identifier, as etl-craft checks a schema.
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A plain PostgreSQL identifier (at most 63 bytes); folded to lower case as PostgreSQL folds unquoted names.
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: The schema of a SQLite profile that names none (etl-craft requires one; SQLite has only ``main``).
+DEFAULT_SQLITE_SCHEMA = "main"
+#: ``Name`` spellings etl-craft accepts (compared lower-cased) and the jdbc_url dialect each means.
+ENGINE_NAMES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
+ENGINE_DISPLAY = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
+#: Text that reads like a variable name: an unset variable shows up this way.
+_LOOKS_LIKE_A_VARIABLE = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ class EngineProfile:
 
 
 def load_engine_profile(config_path: str | Path | None = None, profile: str | None = None) -> EngineProfile:
-    """Locate craft-connector.yml, pick the active Engine profile and resolve it.
+    """Locate craft-connector.yml, pick the active Engine profile and resolve it as etl-craft does.
 
     :param config_path: explicit file; else ``$ETL_CRAFT_CONFIG``, else an upward search.
     :param profile: explicit profile name; else ``Engine.Profile``, ``Secrets.Profile``, or the only one.
@@ -68,10 +76,33 @@ def load_engine_profile(config_path: str | Path | None = None, profile: str | No
     connector = load_connector_file(path)
     source = build_source(connector.secrets, connector.base_dir, path)
     name = select_profile(connector.profiles, connector.engine, connector.secrets, source, profile, str(path))
+    block = connector.profiles[name]
+    prefix = f"Engine.{name}"
+    # Only the active profile is checked: another environment's profile may hold what this one does not.
+    refuse_unknown(path, prefix, block, PROFILE_KEYS | {NAME_KEY})
+    # A section setting that the active profile sets too is overridden there; any other but Name is unknown.
+    section_only = {k: v for k, v in connector.settings.items() if k not in block}
+    refuse_unknown(path, "Engine", section_only, frozenset({NAME_KEY}))
     resolver = Resolver(source, name, str(path))
-    return build_profile(
-        name, connector.profiles[name], resolver, str(path), f"Engine.{name}", connector.base_dir
-    )
+    declared = f"{prefix}.{NAME_KEY}" if NAME_KEY in block else f"Engine.{NAME_KEY}"
+    written_name = block.get(NAME_KEY, connector.settings.get(NAME_KEY))
+    settings = {k: v for k, v in block.items() if k != NAME_KEY}
+    built = build_profile(name, settings, resolver, str(path), prefix, connector.base_dir)
+    _check_name(resolver, declared, written_name, built.dialect_name, str(path))
+    return built
+
+
+def _check_name(resolver: Resolver, setting: str, raw: object, dialect: str, origin: str) -> None:
+    """``Name`` (Postgres, PostgreSQL or SQLite in any case, or a variable holding one) must match the jdbc_url."""
+    written = resolver.text(setting, raw, NAME_KEY)
+    if written is None:
+        return
+    if ENGINE_NAMES.get(written.lower()) != dialect:
+        raise ConfigurationError(
+            f"{origin}: {setting} is {Resolver.display(raw, written)}, but the jdbc_url is a "
+            f"{ENGINE_DISPLAY[dialect]} URL; write Name: {ENGINE_DISPLAY[dialect]} (in any case: "
+            f"{', '.join(ENGINE_NAMES)}), or remove Name"
+        )
 
 
 def select_profile(
@@ -82,18 +113,25 @@ def select_profile(
     explicit: str | None,
     origin: str,
 ) -> str:
-    """Choose the active profile: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one."""
+    """Choose the active profile: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one.
+
+    ``Engine.Profile`` and ``Secrets.Profile`` are text or the name of a variable; a name no variable defines
+    is used as written, so an unset ``ETL_CRAFT_PROFILE`` selects a profile of that name (and fails naming it).
+    """
+    plain = Resolver(source, None, origin)
+    # Both are read (and so checked) even when the first decides, as etl-craft reads them.
+    by_secrets = plain.text("Secrets.Profile", secrets.get("Profile"))
+    by_engine = plain.text("Engine.Profile", engine.get("Profile"))
+    chosen, where, written = explicit, "the requested profile", explicit
+    if not chosen and by_engine:
+        chosen, where, written = by_engine, "Engine.Profile", engine["Profile"]
+    elif not chosen and by_secrets:
+        chosen, where, written = by_secrets, "Secrets.Profile", secrets["Profile"]
     if not profiles:
         raise ConfigurationError(
             f"{origin}: Engine has no profiles; add one, e.g. Engine: {{dev: {{jdbc_url: …}}}}"
         )
-    plain = Resolver(source, "", origin)
-    chosen, where, written = explicit, "the requested profile", explicit
-    for section, mapping in (("Engine", engine), ("Secrets", secrets)):
-        if not chosen and mapping.get("Profile") is not None:
-            written = mapping["Profile"]
-            chosen, where = _selector(plain, f"{section}.Profile", written, profiles), f"{section}.Profile"
-    listed = ", ".join(sorted(profiles))
+    listed = ", ".join(sorted(map(str, profiles)))
     if not chosen:
         if len(profiles) == 1:
             return next(iter(profiles))
@@ -109,18 +147,13 @@ def select_profile(
     return chosen
 
 
-def _via(written: object, resolved: object) -> str:
+def _via(written: object, resolved: str) -> str:
     # Profile names are not secrets: show the name, and the variable it came from.
-    return "" if written == resolved else f" (from variable {written})"
-
-
-def _selector(resolver: Resolver, setting: str, raw: object, profiles: Mapping[str, Any]) -> str | None:
-    value = resolver.value(setting, raw)
-    if value in profiles:
-        return value
-    if value == raw and isinstance(raw, str) and raw.isupper():
-        return None  # an UPPER_CASE variable that is not set selects nothing: the next rule decides
-    return value
+    if not isinstance(written, str) or written.strip() != resolved:
+        return f" (from variable {written})"
+    if _LOOKS_LIKE_A_VARIABLE.fullmatch(resolved):
+        return f" (no variable {resolved} is set, so the text itself was used)"
+    return ""
 
 
 def build_profile(
@@ -134,6 +167,9 @@ def build_profile(
 ) -> EngineProfile:
     """Validate one profile's settings and resolve them into an :class:`EngineProfile`.
 
+    Keys the auth mode does not use are accepted and ignored, as etl-craft does; a ``secret`` beside a
+    PostgreSQL mode that takes none must still name a set variable (etl-craft checks it).
+
     :param secret_values: secrets given directly (an inline Airflow connection's password) instead of
         variable names to look up.
     """
@@ -141,14 +177,17 @@ def build_profile(
     def setting(key: str) -> str:
         return f"{prefix}.{key}"
 
-    url = resolver.value(setting("jdbc_url"), settings.get("jdbc_url"))
+    def value(key: str) -> str | None:
+        return resolver.value(setting(key), settings.get(key), key)
+
+    url = value("jdbc_url")
     if not url:
         raise ConfigurationError(
             f"{origin}: {setting('jdbc_url')} is required, e.g. jdbc:sqlite:engine/etl-craft.db"
         )
     target = parse_jdbc_url(url, f"{origin}: {setting('jdbc_url')}", base_dir)
-    schema_raw = resolver.value(setting("schema"), settings.get("schema"))
-    auth_raw = resolver.value(setting("auth_mode"), settings.get("auth_mode"))
+    schema_raw = value("schema")
+    auth_raw = value("auth_mode")
     common = partial(
         EngineProfile, name=name, origin=origin, setting_prefix=prefix, target=target, base_dir=base_dir
     )
@@ -159,18 +198,14 @@ def build_profile(
     mode = _auth_mode(
         auth_raw, Resolver.display(settings.get("auth_mode"), auth_raw), origin, setting("auth_mode")
     )
-    unexpected = sorted(k for k in AUTH_KEYS if settings.get(k) is not None and k not in mode.keys)
-    if unexpected:
-        raise ConfigurationError(
-            f"{origin}: {', '.join(setting(k) for k in unexpected)} not used by auth_mode '{mode.name}'; "
-            f"remove it (auth_mode '{mode.name}' takes {', '.join(mode.keys)})"
-        )
     stray = sorted(k for k in (secret_values or {}) if k not in mode.secret_keys)
     if stray:
         raise ConfigurationError(
             f"{origin}: auth_mode '{mode.name}' takes no stored secret, but a password is set; clear the password "
             f"field (the mode's credentials come from {', '.join(mode.keys)})"
         )
+    if settings.get("secret") is not None and "secret" not in mode.keys:
+        resolver.secret(setting("secret"), settings["secret"])  # checked as etl-craft checks it, then unused
     secrets: dict[str, str] = {}
     fields: dict[str, str] = {}
     for key in mode.keys:
@@ -179,18 +214,18 @@ def build_profile(
             if given:
                 secrets[key] = given
             elif settings.get(key) is not None:
-                secrets[key] = resolver.secret(setting(key), settings[key])
+                secrets[key] = resolver.secret(setting(key), settings[key], key)
             elif key in mode.required_keys:
                 raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
             continue
-        value = resolver.value(setting(key), settings.get(key))
-        if value in (None, ""):
+        found = value(key)
+        if not found:
             if key in mode.required_keys:
                 raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
             continue
         if key in mode.path_keys:
-            value = str(resolve_beside(value, base_dir))
-        fields[key] = value
+            found = str(beside_config(found, base_dir or Path.cwd()))
+        fields[key] = found
     user = fields.pop("user", None)
     return common(schema=schema, auth=mode, user=user, fields=fields, secrets=secrets)
 
@@ -203,19 +238,15 @@ def _sqlite_profile(
     origin: str,
     setting: Callable[[str], str],
 ) -> EngineProfile:
-    if auth_raw not in (None, "none"):
+    if auth_raw and auth_raw != "none":  # absent or empty: none, the only mode SQLite has
         raise ConfigurationError(
             f"{origin}: {setting('auth_mode')} is {Resolver.display(settings.get('auth_mode'), auth_raw)}, but SQLite "
             "takes no auth_mode; remove it "
             "(or write 'none')"
         )
-    extra = sorted(k for k in AUTH_KEYS if settings.get(k) is not None)
-    if extra:
-        raise ConfigurationError(
-            f"{origin}: {', '.join(setting(k) for k in extra)} has no meaning for a SQLite Engine DB; remove it"
-        )
-    schema = schema_raw or "main"
-    if not SCHEMA_NAME.fullmatch(schema):
+    # user, secret and the modes' keys mean nothing to SQLite: etl-craft ignores them unread, and so does this.
+    schema = schema_raw or DEFAULT_SQLITE_SCHEMA
+    if not IDENTIFIER.fullmatch(schema):
         raise ConfigurationError(
             f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')"
         )

@@ -14,6 +14,8 @@ from airflow_provider_etl_craft.config.load import NAME_KEY, PROFILE_KEYS, load_
 from airflow_provider_etl_craft.config.locate import locate_config
 from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, beside_config, build_source
 from airflow_provider_etl_craft.engine.url import (
+    POSTGRES_PREFIX,
+    SQLITE_PREFIX,
     PostgresTarget,
     SqliteTarget,
     Target,
@@ -30,6 +32,7 @@ DEFAULT_SQLITE_SCHEMA = "main"
 #: ``Name`` spellings etl-craft accepts (compared lower-cased) and the jdbc_url dialect each means.
 ENGINE_NAMES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 ENGINE_DISPLAY = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
+URL_DIALECTS = {SQLITE_PREFIX: "sqlite", POSTGRES_PREFIX: "postgresql"}
 #: Text that reads like a variable name: an unset variable shows up this way.
 _LOOKS_LIKE_A_VARIABLE = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]+$")
 
@@ -87,9 +90,12 @@ def load_engine_profile(config_path: str | Path | None = None, profile: str | No
     declared = f"{prefix}.{NAME_KEY}" if NAME_KEY in block else f"Engine.{NAME_KEY}"
     written_name = block.get(NAME_KEY, connector.settings.get(NAME_KEY))
     settings = {k: v for k, v in block.items() if k != NAME_KEY}
-    built = build_profile(name, settings, resolver, str(path), prefix, connector.base_dir)
-    _check_name(resolver, declared, written_name, built.dialect_name, str(path))
-    return built
+    # As etl-craft: Name is checked once the jdbc_url names an engine, before the login settings are.
+    url = resolver.value(f"{prefix}.jdbc_url", settings.get("jdbc_url"), "jdbc_url") or ""
+    dialect = next((d for prefix_, d in URL_DIALECTS.items() if url.lower().startswith(prefix_)), None)
+    if dialect:
+        _check_name(resolver, declared, written_name, dialect, str(path))
+    return build_profile(name, settings, resolver, str(path), prefix, connector.base_dir)
 
 
 def _check_name(resolver: Resolver, setting: str, raw: object, dialect: str, origin: str) -> None:

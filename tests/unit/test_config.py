@@ -907,3 +907,16 @@ def test_relative_paths_resolve_beside_the_config_as_found_not_its_link_target(
     os.symlink(shared, link)
 
     assert load_engine_profile(link).user == "project"
+
+
+def test_name_is_checked_before_the_login_settings(tmp_path: Path) -> None:
+    """As etl-craft orders its checks: a wrong Name is reported even when auth_mode is missing too."""
+    config = write_config(
+        tmp_path,
+        "Engine:\n  Name: SQLite\n  prod:\n    jdbc_url: jdbc:postgresql://db/etl\n    schema: etl\n",
+    )
+
+    with pytest.raises(
+        ConfigurationError, match=r"Engine\.Name is 'SQLite', but the jdbc_url is a PostgreSQL URL"
+    ):
+        load_engine_profile(config)

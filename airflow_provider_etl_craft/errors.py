@@ -37,6 +37,36 @@ class MetadataError(EtlCraftError):
     retryable = False
 
 
+class GraphError(EtlCraftError):
+    """The pipeline's dependency graph cannot run: a run condition no set of dependencies can meet, an
+    unknown dependency type or run condition (docs/graph-validation.md)."""
+
+    exit_code = 5
+    status_name = "GRAPH"
+    retryable = False
+
+
+class SelfDependencyError(GraphError):
+    """A task depends on itself."""
+
+    exit_code = 6
+    status_name = "SELF_DEPENDENCY"
+
+
+class DependencyCycleError(GraphError):
+    """Task dependencies, or pipeline dependencies, form a cycle, so none of its members can start."""
+
+    exit_code = 7
+    status_name = "DEPENDENCY_CYCLE"
+
+
+class UnknownTaskError(GraphError):
+    """A dependency names a task outside the pipeline it says, or no task at all."""
+
+    exit_code = 8
+    status_name = "UNKNOWN_TASK"
+
+
 class RunStateError(EtlCraftError):
     """No run with this key to bind to."""
 

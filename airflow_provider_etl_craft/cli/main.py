@@ -1,4 +1,4 @@
-"""``etl-craft-airflow``: init-db, migrate, check, status and history outside Airflow; exit statuses per SPEC §11."""
+"""``etl-craft-airflow``: init-db, migrate, check, validate, status and history outside Airflow; exit statuses per SPEC §11."""
 
 from __future__ import annotations
 
@@ -249,6 +249,22 @@ def _table(columns: Sequence[tuple[str, str]], items: list[dict[str, Any]]) -> s
     return format_table([header for header, _ in columns], rows, max_width=None, widths=CELL_WIDTHS)
 
 
+def _validate(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    """A ``[FAIL] <pipeline>: <problem>`` line per problem of the pipelines' dependency graphs, then what was
+    checked; exit 1 when anything failed (a claim of that pipeline is refused), as etl-craft's ``validate``."""
+    doc = commands.validate(hook, args.pipeline)
+    status = 1 if doc["problems"] else 0
+    if args.format == "json":
+        _print_json(doc, out)
+        return status
+    for problem in doc["problems"]:
+        print(f"[FAIL] {problem['pipeline_code']}: {problem['message']}", file=out)
+    print(
+        f"checked {doc['pipelines']} pipeline(s) and {doc['tasks']} task(s): {doc['failed']} failed", file=out
+    )
+    return status
+
+
 def _pause(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
     """Open a pause: claims skip their DAG runs, running runs start no new task, until resume."""
     doc = commands.pause(hook, args.pipeline, args.reason, args.by)
@@ -280,6 +296,10 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     ),
     "history": (_history, "show a pipeline's most recent runs, newest first, with task runs and attempts"),
     "run": (_run, "show one run by --id, or the Engine run of an Airflow DAG run by --dag-id and --run-id"),
+    "validate": (
+        _validate,
+        "check the dependency graph of every active pipeline (or --pipeline); exit 1 on a problem",
+    ),
     "pause": (_pause, "pause a pipeline: its DAG runs' claims skip, running runs start no new task"),
     "resume": (_resume, "end a pipeline's pause"),
 }
@@ -288,7 +308,7 @@ PAUSES = ("pause", "resume")
 #: Commands that take the migrate lock, so --lock-timeout.
 LOCKING = ("init-db", "migrate")
 #: Read-only commands: no lock, so no --lock-timeout; --format instead.
-RUN_VIEWS = ("pipelines", "status", "history", "run")
+RUN_VIEWS = ("pipelines", "status", "history", "run", "validate")
 DEFAULT_HISTORY_LIMIT = commands.DEFAULT_PAGE
 MAX_RUN_ID = MAX_LIMIT
 
@@ -333,6 +353,14 @@ def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
     if name in ("status", "history"):
         cmd.add_argument(
             "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
+        )
+    if name == "validate":
+        cmd.add_argument(
+            "--pipeline",
+            default=None,
+            type=_text,
+            metavar="CODE",
+            help="check only this pipeline (default: every active one)",
         )
     cmd.add_argument(
         "--format",
@@ -402,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="etl-craft-airflow",
         parents=[common],
         description="Administer an etl-craft Engine DB and inspect its runs outside Airflow.",
-        epilog="Exit status: 0 ok, 1 failure, 2 usage, 3 configuration, 4 metadata, 9 run state, "
+        epilog="Exit status: 0 ok, 1 failure (validate: a problem found), 2 usage, 3 configuration, 4 metadata, "
+        "5 graph, 6 self dependency, 7 dependency cycle, 8 unknown task, 9 run state, "
         "12 Engine DB, 13 migration, 14 lock timeout, 20 stale transition.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

@@ -10,6 +10,7 @@ from airflow_provider_etl_craft.engine.schema import current_marks, require_curr
 from airflow_provider_etl_craft.errors import MetadataError
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import SATISFIED, WAIT
+from airflow_provider_etl_craft.runs.graph import refuse_invalid
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.records import ClaimOutcome, RunRow
 from airflow_provider_etl_craft.runs.transition import Transition
@@ -43,12 +44,18 @@ class Claim(Transition):
         inserts a new IN-PROGRESS run. Where the dialect has a one-call form (PostgreSQL), a new run, a
         resume and a block take one round trip; the rest falls back to the transaction.
 
+        First the pipeline's dependency graph is read (one statement, :mod:`~.graph`); a graph that cannot
+        run is refused at once with its first problem's error, before anything is written or waited for.
+
         :param task_codes: when given, must equal the pipeline's active task codes (METADATA otherwise).
-        :raises MetadataError: the pipeline is not active, or the task codes differ.
+        :raises GraphError: the graph is invalid (SELF_DEPENDENCY, DEPENDENCY_CYCLE, UNKNOWN_TASK subclasses).
+        :raises MetadataError: the pipeline is not active, the task codes differ, or a dependency is on a
+            retired task or pipeline.
         :raises LockTimeoutError: the pipeline lock was busy for ``lock_timeout`` seconds.
         :raises EngineDBError: the Engine tables are missing, partial or not migrated to this release.
         """
         try:
+            self._refuse_invalid_graph(pipeline_code)
             row = self._at_once(pipeline_code, identity, task_codes)
             if row is not None and row[0] != "FULL":
                 return self._answered(row)
@@ -69,6 +76,18 @@ class Claim(Transition):
                 outcome.action, outcome.pipeline_run_id, reason=outcome.reason, lenient_tasks=lenient
             )
         return outcome
+
+    def _refuse_invalid_graph(self, pipeline_code: str) -> None:
+        """Raise the first problem of the pipeline's graph (see :func:`~.graph.refuse_invalid`).
+
+        The statement reads only ``CFG_`` tables; when it fails, an Engine schema that is not current is named
+        first (as the rest of the claim would), else the database's error is raised.
+        """
+        try:
+            refuse_invalid(self.engine, self.conn, pipeline_code)
+        except self.engine.database_error():
+            require_current(self.engine, self.conn)
+            raise
 
     def _at_once(
         self, pipeline_code: str, identity: RunIdentity, task_codes: Collection[str] | None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError
+from airflow_provider_etl_craft.runs import graph
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.queries import RunQueries, as_json
 
@@ -151,3 +152,24 @@ def resume(hook: EngineDBHook, code: str, reason: str, by: str) -> Document:
             "resume_reason": reason,
         }
     )
+
+
+def validate(hook: EngineDBHook, code: str | None = None) -> Document:
+    """Every problem of the dependency graph of each active pipeline, or of ``code`` only (``validate``).
+
+    ``{"pipelines", "tasks", "failed", "problems": [{"pipeline_code", "status_name", "exit_code", "message"}]}``:
+    what was checked, and each problem with the error a claim of its pipeline is refused with.
+
+    :raises MetadataError: ``code`` is not an active pipeline.
+    """
+    with _queries(hook) as queries:
+        if code is not None:
+            pipeline = queries.pipeline(code)
+            if pipeline.active_flag != "Y":
+                raise MetadataError(
+                    f"pipeline {code} is retired (ACTIVE_FLAG='N') in CFG_PIPELINES of the Engine DB "
+                    f"{hook.engine.describe()}, so it has no graph to check; fix --pipeline, or reactivate it "
+                    "through a project migration"
+                )
+        report = graph.validate(hook.engine, queries.conn, None if code is None else [code])
+    return masked(report.as_json())

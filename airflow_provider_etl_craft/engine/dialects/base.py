@@ -45,6 +45,7 @@ class EngineDialect(ABC, Generic[ConnT]):
     def __init__(self, profile: EngineProfile) -> None:
         self.profile = profile
         self._sql_cache: dict[str, str] = {}
+        self._alone_cache: dict[str, str] = {}
 
     @abstractmethod
     def connect(self, create: bool = False) -> ConnT:
@@ -298,6 +299,28 @@ class EngineDialect(ABC, Generic[ConnT]):
         try:
             cur.execute(self.sql(text), tuple(params))
             return StatementResult(list(cur.fetchall()) if cur.description else [], cur.rowcount)
+        finally:
+            cur.close()
+
+    def table_prefix(self) -> str:
+        """What names an Engine table without a ``search_path``, put where ``{schema}`` stands in the text of
+        :meth:`query_alone` (here nothing: a SQLite file's tables are the Engine's)."""
+        return ""
+
+    def query_alone(self, conn: ConnT, text: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Run one read-only statement on autocommit ``conn``, its Engine tables written ``{schema}NAME``.
+
+        The text names the Engine schema itself, so the statement is sent alone: one round trip with every
+        driver and no session state, where :meth:`execute` sets the schema for the statement first (psycopg 3
+        then takes a transaction of its own). For reads on the run lifecycle's hot path.
+        """
+        qualified = self._alone_cache.get(text)
+        if qualified is None:
+            qualified = self._alone_cache[text] = self.sql(text.format(schema=self.table_prefix()))
+        cur = conn.cursor()
+        try:
+            cur.execute(qualified, tuple(params))
+            return list(cur.fetchall())
         finally:
             cur.close()
 

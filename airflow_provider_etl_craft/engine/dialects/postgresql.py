@@ -185,6 +185,9 @@ class PostgresDialect(EngineDialect[PgConnection]):
             raise ConfigurationError(f"schema {schema!r} is not a plain identifier")
         return f'"{schema}"'
 
+    def table_prefix(self) -> str:
+        return f"{self._quoted_schema()}."
+
     def _set_search_path(self) -> str:
         return f"SET LOCAL search_path TO {self._quoted_schema()}"
 

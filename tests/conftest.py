@@ -44,10 +44,10 @@ class EngineSetup:
 def engine_rows(hook: EngineDBHook, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """Rows of one statement (``?`` placeholders) on a fresh connection, as its own transaction.
 
-    Through the dialect, which sets the Engine schema for the statement: the hook's connections carry no
-    session ``search_path`` (common-sql's ``get_records``/``run`` would not find the Engine tables).
+    Through the dialect on the Engine's own connection (``?`` placeholders on both dialects), which sets
+    the Engine schema for the statement.
     """
-    with closing(hook.get_conn()) as conn:
+    with closing(hook.engine.connect()) as conn:
         return [tuple(r) for r in hook.engine.query(conn, sql, params)]
 
 

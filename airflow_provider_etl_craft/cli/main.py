@@ -65,7 +65,7 @@ def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[
         line(" OK ", f"secret: {profile.setting(key)} resolved (value not shown)")
     engine = hook.engine
     with _stage("connection"):
-        conn = hook.get_conn()
+        conn = hook.engine.connect()
     with closing(conn):
         line(" OK ", f"connection: {engine.describe()}")
         with _stage("schema"):

@@ -30,8 +30,15 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
     schema (= database), login, password (= the secret) and extras ``engine_schema``, ``auth_mode`` and the
     mode's fields — or an extra ``jdbc_url`` (SQLite, or a full PostgreSQL URL).
 
+    A connection of type ``postgres`` goes through
+    :func:`~airflow_provider_etl_craft.config.postgres_connection.profile_from_postgres_connection`.
+
     :raises ConfigurationError: unknown extras, missing fields, anything :func:`build_profile` refuses.
     """
+    if getattr(conn, "conn_type", None) == "postgres":
+        from airflow_provider_etl_craft.config.postgres_connection import profile_from_postgres_connection
+
+        return profile_from_postgres_connection(conn)
     conn_id = conn.conn_id
     extras = {k: v for k, v in (conn.extra_dejson or {}).items() if v not in (None, "")}
     origin = f"Airflow connection '{conn_id}'"

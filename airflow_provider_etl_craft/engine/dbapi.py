@@ -62,6 +62,8 @@ class PgConnection(Connection, Protocol):
     """A psycopg2 or psycopg 3 connection: autocommit is a property, ``closed`` is truthy once closed."""
 
     autocommit: bool
+    #: What ``cursor()`` makes (a class, called with the connection; psycopg2 also passes a name).
+    cursor_factory: Any
 
     def cursor(self) -> PgCursor: ...
 

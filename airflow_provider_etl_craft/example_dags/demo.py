@@ -63,7 +63,7 @@ def report(config: Path) -> str:
 
     hook = EngineDBHook.from_config(config)
     parts = [f"Engine DB: {hook.engine.describe()}"]
-    with closing(hook.get_conn()) as conn:
+    with closing(hook.engine.connect()) as conn:
         for title, sql in (
             (
                 "AUD_PIPELINES_RUN_LOG",

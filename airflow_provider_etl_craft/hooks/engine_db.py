@@ -44,10 +44,13 @@ class EngineDBHook(DbApiHook):
 
     Because it is a ``DbApiHook``, ``SQLExecuteQueryOperator(conn_id=…)`` runs SQL on the Engine DB too.
     Connections are in autocommit mode; Engine code opens explicit transactions through the dialect.
-    On PostgreSQL the Engine schema is set per transaction (``SET LOCAL search_path``), never on the
-    session, so the provider works behind a transaction-mode pooler: SQL of your own run through this hook
-    (``get_records``, ``run``, ``SQLExecuteQueryOperator``) sees the role's default ``search_path``, not the
-    Engine schema — qualify the Engine tables with the schema (``etl_craft.CFG_PIPELINES``).
+    On PostgreSQL the Engine schema is set per transaction (``SET LOCAL`` semantics), never on the session
+    and never as a startup parameter, so the provider works behind a transaction-mode pooler. That holds
+    for SQL of your own too: every transaction that ``get_conn()``'s cursors open (``run``, ``get_records``,
+    ``get_first``, ``insert_rows``, ``SQLExecuteQueryOperator``, :meth:`get_sqlalchemy_engine`) has the
+    Engine schema first on its search path, so ``SELECT … FROM CFG_PIPELINES`` works unqualified; see
+    :mod:`~airflow_provider_etl_craft.engine.dialects.pg_user_sql` and docs/etl-craft-parity.md ("Your own
+    SQL") for how, and why not otherwise.
 
     :param etl_craft_conn_id: the Airflow connection (default ``etl_craft_default``).
     :param profile: the profile to use from a file-backed connection or config file (overrides the file's).
@@ -85,6 +88,12 @@ class EngineDBHook(DbApiHook):
             return load_engine_profile(self._config_path, self._profile_name)
         return profile_from_connection(self.connection, self._profile_name)
 
+    @property
+    def connection_extra(self) -> dict[str, Any]:
+        """The Airflow connection's extras; none for a hook on a craft-connector.yml (no connection to read:
+        common-sql's ``insert_rows`` asks for them)."""
+        return {} if self._use_config_file else dict(self.connection.extra_dejson)
+
     @cached_property
     def engine(self) -> EngineDialect:
         return dialect_for(self.engine_profile)
@@ -98,8 +107,28 @@ class EngineDBHook(DbApiHook):
         return self.engine.placeholder
 
     def get_conn(self) -> Connection:
-        """A new DB-API connection to the Engine DB (autocommit; SQLite pragmas set, PostgreSQL schema checked)."""
-        return self.engine.connect()
+        """A new DB-API connection to the Engine DB for SQL of your own (autocommit; SQLite pragmas set;
+        PostgreSQL: schema checked, and the Engine schema first on the search path of each transaction)."""
+        return self.engine.connect_for_sql()
+
+    def get_sqlalchemy_engine(self, engine_kwargs: dict[str, Any] | None = None) -> Any:
+        """A SQLAlchemy engine on the Engine DB (SQLAlchemy, and pandas through it, for SQL of your own).
+
+        PostgreSQL: its connections come from :meth:`get_conn` (the profile's auth mode, TLS and credentials;
+        no URL carries a secret), out of autocommit as SQLAlchemy expects, so each transaction SQLAlchemy
+        begins has the Engine schema first on its search path. SQLite: common-sql's engine on the file.
+        """
+        if not isinstance(self.engine_profile.target, PostgresTarget):
+            return super().get_sqlalchemy_engine(engine_kwargs)
+        from sqlalchemy import create_engine
+
+        def connect() -> Connection:
+            conn = self.get_conn()
+            self.set_autocommit(conn, False)
+            return conn
+
+        driver = "psycopg" if self.engine_profile.auth.driver == "psycopg" else "psycopg2"
+        return create_engine(f"postgresql+{driver}://", creator=connect, **(engine_kwargs or {}))
 
     def set_autocommit(self, conn: Connection, autocommit: bool) -> None:
         self.engine.set_autocommit(conn, autocommit)
@@ -148,7 +177,7 @@ class EngineDBHook(DbApiHook):
 
         Driver errors inside the block leave it as the provider's typed errors (``EngineDialect.classify``).
         """
-        with closing(self.get_conn()) as conn, self.engine.classified(conn):
+        with closing(self.engine.connect()) as conn, self.engine.classified(conn):
             yield RunLifecycle(self.engine, conn, lock_timeout)
 
     # common-sql's sql.pyi declares -> None, while its own test_connection returns (status, message) too.
@@ -159,7 +188,7 @@ class EngineDBHook(DbApiHook):
         partial schema fails, as it does everywhere else.
         """
         try:
-            with self.engine.classified(), closing(self.get_conn()) as conn:
+            with self.engine.classified(), closing(self.engine.connect()) as conn:
                 state = check_schema(self.engine, conn)
         except EtlCraftError as exc:
             return False, str(exc)

@@ -27,7 +27,7 @@ DEFAULT_PAGE = 20
 
 @contextmanager
 def _queries(hook: EngineDBHook) -> Iterator[RunQueries]:
-    with closing(hook.get_conn()) as conn:
+    with closing(hook.engine.connect()) as conn:
         queries = RunQueries(hook.engine, conn)
         queries.check_tables()
         yield queries

@@ -162,7 +162,7 @@ class EngineChangeTrigger(BaseTrigger):
 
         hook = EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.profile)
         engine = hook.engine
-        conn = hook.get_conn()
+        conn = hook.engine.connect()
         listening = self.listen and engine.delivers_notices
         try:
             with engine.classified(conn):

@@ -48,7 +48,7 @@ def test_postgres_transactions_set_the_profile_schema_and_the_session_keeps_none
     hook = setup.hook()
     assert "options" not in hook.engine.connect_kwargs()
     schema = setup.database.schema
-    with closing(hook.get_conn()) as conn:
+    with closing(hook.engine.connect()) as conn:  # the Engine's own connection (get_conn(): test_user_sql.py)
         with conn.cursor() as cur:
             cur.execute("SELECT current_setting('search_path'), current_setting('application_name')")
             assert cur.fetchone() == ('"$user", public', "etl-craft-airflow")

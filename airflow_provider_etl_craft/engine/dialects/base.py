@@ -58,6 +58,11 @@ class EngineDialect(ABC, Generic[ConnT]):
         :raises EngineUnreachableError: the database did not answer (retryable).
         """
 
+    def connect_for_sql(self) -> ConnT:
+        """A connection for SQL of the user's own (``EngineDBHook.get_conn()``): names resolve in the Engine
+        schema. SQLite: its one schema, ``main``, is the only one there is; PostgreSQL sets it per transaction."""
+        return self.connect()
+
     #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
     begin_statement: ClassVar[str] = "BEGIN"
     # -- single-statement forms of run-lifecycle writes ---------------------------------------------------

@@ -153,6 +153,19 @@ class PostgresDialect(EngineDialect[PgConnection]):
             )
         return conn
 
+    def connect_for_sql(self) -> PgConnection:
+        """A connection whose cursors put the Engine schema first in every transaction they open, never on the
+        session (see :mod:`.pg_user_sql` and docs/etl-craft-parity.md, "Your own SQL")."""
+        from airflow_provider_etl_craft.engine.dialects import pg_user_sql
+
+        scope = pg_user_sql.schema_first_sql(self._quoted_schema())
+        conn = self.connect()
+        if self.profile.auth.driver == "psycopg":
+            conn.cursor_factory = pg_user_sql.psycopg_cursor(scope)
+        else:
+            conn.cursor_factory = pg_user_sql.psycopg2_cursor(scope)
+        return conn
+
     def verify_schema(self, conn: PgConnection) -> None:
         """Inside a transaction, after its ``SET LOCAL search_path``, ``current_schema()`` must be the profile's.
 

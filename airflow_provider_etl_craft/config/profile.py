@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +80,17 @@ def select_profile(
     source: SecretsSource,
     explicit: str | None,
     origin: str,
+    plain: Resolver | None = None,
 ) -> str:
-    """Choose the active profile: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one."""
+    """Choose the active profile: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one.
+
+    :param plain: the resolver of the selectors (its ``sources`` then say where each selector's value came from).
+    """
     if not profiles:
         raise ConfigurationError(
             f"{origin}: Engine has no profiles; add one, e.g. Engine: {{dev: {{jdbc_url: …}}}}"
         )
-    plain = Resolver(source, "", origin)
+    plain = plain or Resolver(source, "", origin)
     chosen, where, written = explicit, "the requested profile", explicit
     for section, mapping in (("Engine", engine), ("Secrets", secrets)):
         if not chosen and mapping.get("Profile") is not None:
@@ -136,90 +139,125 @@ def build_profile(
 
     :param secret_values: secrets given directly (an inline Airflow connection's password) instead of
         variable names to look up.
+    :raises ConfigurationError: the first setting that is wrong.
+    """
+    return ProfileSettings(settings, resolver, origin, prefix, base_dir, secret_values or {}).profile(name)
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """One profile's settings, resolved and checked one step at a time, each step raising for its setting.
+
+    :func:`build_profile` runs the steps in order and stops at the first error; the doctor
+    (``engine/doctor.py``) runs each on its own, so ``check`` reports every wrong setting at once.
     """
 
-    def setting(key: str) -> str:
-        return f"{prefix}.{key}"
+    settings: Mapping[str, Any]
+    resolver: Resolver
+    origin: str
+    prefix: str
+    base_dir: Path | None
+    secret_values: Mapping[str, str] = field(default_factory=dict)
 
-    url = resolver.value(setting("jdbc_url"), settings.get("jdbc_url"))
-    if not url:
-        raise ConfigurationError(
-            f"{origin}: {setting('jdbc_url')} is required, e.g. jdbc:sqlite:engine/etl-craft.db"
-        )
-    target = parse_jdbc_url(url, f"{origin}: {setting('jdbc_url')}", base_dir)
-    schema_raw = resolver.value(setting("schema"), settings.get("schema"))
-    auth_raw = resolver.value(setting("auth_mode"), settings.get("auth_mode"))
-    common = partial(
-        EngineProfile, name=name, origin=origin, setting_prefix=prefix, target=target, base_dir=base_dir
-    )
-    if isinstance(target, SqliteTarget):
-        return _sqlite_profile(common, settings, schema_raw, auth_raw, origin, setting)
-    assert isinstance(target, PostgresTarget)
-    schema = _schema(schema_raw, origin, setting("schema"))
-    mode = _auth_mode(
-        auth_raw, Resolver.display(settings.get("auth_mode"), auth_raw), origin, setting("auth_mode")
-    )
-    unexpected = sorted(k for k in AUTH_KEYS if settings.get(k) is not None and k not in mode.keys)
-    if unexpected:
-        raise ConfigurationError(
-            f"{origin}: {', '.join(setting(k) for k in unexpected)} not used by auth_mode '{mode.name}'; "
-            f"remove it (auth_mode '{mode.name}' takes {', '.join(mode.keys)})"
-        )
-    stray = sorted(k for k in (secret_values or {}) if k not in mode.secret_keys)
-    if stray:
-        raise ConfigurationError(
-            f"{origin}: auth_mode '{mode.name}' takes no stored secret, but a password is set; clear the password "
-            f"field (the mode's credentials come from {', '.join(mode.keys)})"
-        )
-    secrets: dict[str, str] = {}
-    fields: dict[str, str] = {}
-    for key in mode.keys:
-        given = (secret_values or {}).get(key)
+    def setting(self, key: str) -> str:
+        return f"{self.prefix}.{key}"
+
+    def profile(self, name: str) -> EngineProfile:
+        """Every step in order: the resolved profile, or the first setting's error."""
+        target = self.target()
+        schema = self.schema(target)
+        mode = self.auth_mode(target)
+        self.unused_keys(target, mode)
+        secrets: dict[str, str] = {}
+        fields: dict[str, str] = {}
+        for key in mode.keys:
+            value = self.key(mode, key)
+            if value is not None:
+                (secrets if key in mode.secret_keys else fields)[key] = value
+        user = fields.pop("user", None)
+        return EngineProfile(
+            name=name, origin=self.origin, setting_prefix=self.prefix, target=target, base_dir=self.base_dir,
+            schema=schema, auth=mode, user=user, fields=fields, secrets=secrets,
+        )  # fmt: skip
+
+    def target(self) -> Target:
+        """``jdbc_url``: the database."""
+        url = self.resolver.value(self.setting("jdbc_url"), self.settings.get("jdbc_url"))
+        if not url:
+            raise ConfigurationError(
+                f"{self.origin}: {self.setting('jdbc_url')} is required, e.g. jdbc:sqlite:engine/etl-craft.db"
+            )
+        return parse_jdbc_url(url, f"{self.origin}: {self.setting('jdbc_url')}", self.base_dir)
+
+    def schema(self, target: Target) -> str:
+        """``schema``: required on PostgreSQL (folded to lower case); ``main`` by default on SQLite."""
+        raw = self.resolver.value(self.setting("schema"), self.settings.get("schema"))
+        if isinstance(target, PostgresTarget):
+            return _schema(raw, self.origin, self.setting("schema"))
+        schema = raw or "main"
+        if not SCHEMA_NAME.fullmatch(schema):
+            raise ConfigurationError(
+                f"{self.origin}: {self.setting('schema')} must be a plain identifier (conventionally 'main')"
+            )
+        return schema
+
+    def auth_mode(self, target: Target) -> AuthMode:
+        """``auth_mode``: one of the PostgreSQL modes; absent or ``none`` on SQLite."""
+        written = self.settings.get("auth_mode")
+        raw = self.resolver.value(self.setting("auth_mode"), written)
+        if isinstance(target, PostgresTarget):
+            return _auth_mode(raw, Resolver.display(written, raw), self.origin, self.setting("auth_mode"))
+        if raw not in (None, "none"):
+            raise ConfigurationError(
+                f"{self.origin}: {self.setting('auth_mode')} is {Resolver.display(written, raw)}, but SQLite "
+                "takes no auth_mode; remove it (or write 'none')"
+            )
+        return NO_AUTH
+
+    def unused_keys(self, target: Target, mode: AuthMode) -> None:
+        """Keys, or a password, that the auth mode does not take (SQLite takes none)."""
+        if isinstance(target, SqliteTarget):
+            extra = sorted(k for k in AUTH_KEYS if self.settings.get(k) is not None)
+            if extra:
+                raise ConfigurationError(
+                    f"{self.origin}: {', '.join(self.setting(k) for k in extra)} has no meaning for a SQLite "
+                    "Engine DB; remove it"
+                )
+            return
+        unexpected = sorted(k for k in AUTH_KEYS if self.settings.get(k) is not None and k not in mode.keys)
+        if unexpected:
+            raise ConfigurationError(
+                f"{self.origin}: {', '.join(self.setting(k) for k in unexpected)} not used by auth_mode "
+                f"'{mode.name}'; remove it (auth_mode '{mode.name}' takes {', '.join(mode.keys)})"
+            )
+        stray = sorted(k for k in self.secret_values if k not in mode.secret_keys)
+        if stray:
+            raise ConfigurationError(
+                f"{self.origin}: auth_mode '{mode.name}' takes no stored secret, but a password is set; clear the "
+                f"password field (the mode's credentials come from {', '.join(mode.keys)})"
+            )
+
+    def key(self, mode: AuthMode, key: str) -> str | None:
+        """One key of the auth mode: a secret from its variable, a path made absolute, or a plain value.
+
+        :returns: None for an optional key that is not set.
+        """
         if key in mode.secret_keys:
+            given = self.secret_values.get(key)
             if given:
-                secrets[key] = given
-            elif settings.get(key) is not None:
-                secrets[key] = resolver.secret(setting(key), settings[key])
-            elif key in mode.required_keys:
-                raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
-            continue
-        value = resolver.value(setting(key), settings.get(key))
-        if value in (None, ""):
-            if key in mode.required_keys:
-                raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
-            continue
-        if key in mode.path_keys:
-            value = str(resolve_beside(value, base_dir))
-        fields[key] = value
-    user = fields.pop("user", None)
-    return common(schema=schema, auth=mode, user=user, fields=fields, secrets=secrets)
-
-
-def _sqlite_profile(
-    common: Callable[..., EngineProfile],
-    settings: Mapping[str, Any],
-    schema_raw: str | None,
-    auth_raw: str | None,
-    origin: str,
-    setting: Callable[[str], str],
-) -> EngineProfile:
-    if auth_raw not in (None, "none"):
-        raise ConfigurationError(
-            f"{origin}: {setting('auth_mode')} is {Resolver.display(settings.get('auth_mode'), auth_raw)}, but SQLite "
-            "takes no auth_mode; remove it "
-            "(or write 'none')"
-        )
-    extra = sorted(k for k in AUTH_KEYS if settings.get(k) is not None)
-    if extra:
-        raise ConfigurationError(
-            f"{origin}: {', '.join(setting(k) for k in extra)} has no meaning for a SQLite Engine DB; remove it"
-        )
-    schema = schema_raw or "main"
-    if not SCHEMA_NAME.fullmatch(schema):
-        raise ConfigurationError(
-            f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')"
-        )
-    return common(schema=schema, auth=NO_AUTH)
+                return given
+            if self.settings.get(key) is not None:
+                return self.resolver.secret(self.setting(key), self.settings[key])
+        else:
+            value = self.resolver.value(self.setting(key), self.settings.get(key))
+            if value not in (None, ""):
+                assert value is not None
+                return str(resolve_beside(value, self.base_dir)) if key in mode.path_keys else value
+        if key in mode.required_keys:
+            raise ConfigurationError(
+                f"{self.origin}: {self.setting(key)} is required by auth_mode '{mode.name}'"
+            )
+        return None
 
 
 def _schema(raw: str | None, origin: str, setting: str) -> str:

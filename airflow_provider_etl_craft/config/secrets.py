@@ -15,6 +15,9 @@ from airflow_provider_etl_craft.paths import checked_path, read_text
 
 VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONVENTIONAL_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+#: How a missing variable shows when its name is used as written: upper case with an underscore
+#: (``ENGINE_USER``), unlike an ordinary value (``dev``, ``password``, ``etl_craft``). etl-craft warns on the same.
+LOOKS_LIKE_A_VARIABLE = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]+$")
 _DOTENV_LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
 SOURCE_TYPES = ("environment", "file", "airflow")
 
@@ -119,11 +122,30 @@ def twin_name(variable: str, profile: str) -> str:
     return f"{head}_{tag}_{rest}" if sep else f"{variable}_{tag}"
 
 
+@dataclass(frozen=True)
+class SettingSource:
+    """Where one setting's value came from: ``variable`` (the name whose value was used), or the text as written."""
+
+    setting: str
+    written: str
+    variable: str | None = None
+
+    @property
+    def looks_like_a_missing_variable(self) -> bool:
+        """Used as written, although the text reads like the name of a variable that is not set."""
+        return self.variable is None and bool(LOOKS_LIKE_A_VARIABLE.fullmatch(self.written))
+
+
 class Resolver:
-    """Turns setting texts into values: a defined variable (profile twin first) replaces the text."""
+    """Turns setting texts into values: a defined variable (profile twin first) replaces the text.
+
+    ``sources`` records, per setting, which variable gave its value or that its text was used as written:
+    a text naming a variable that is not set falls back to itself, which is how a missing variable shows.
+    """
 
     def __init__(self, source: SecretsSource, profile: str, origin: str) -> None:
         self.source, self.profile, self.origin = source, profile, origin
+        self.sources: dict[str, SettingSource] = {}
 
     def value(self, setting: str, raw: object) -> str | None:
         """Resolve an ordinary setting: a literal, or the name of a variable that is set."""
@@ -136,7 +158,9 @@ class Resolver:
             for name in (twin_name(text, self.profile), text):
                 found = self.source.get(name)
                 if found:
+                    self.sources[setting] = SettingSource(setting, text, name)
                     return found
+        self.sources[setting] = SettingSource(setting, text)
         return text
 
     def secret(self, setting: str, raw: object) -> str:
@@ -161,6 +185,7 @@ class Resolver:
                     f"in the {self.source.kind} secrets source; give it the secret's value"
                 )
             _compat.mask_secret(found)
+            self.sources[setting] = SettingSource(setting, raw, name)
             return found
         if not _CONVENTIONAL_NAME.fullmatch(raw):
             raise ConfigurationError(

@@ -18,13 +18,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from airflow_provider_etl_craft.auth import AUTH_KEYS, AuthMode, keys_in
 from airflow_provider_etl_craft.config.load import ConnectorFile, load_connector_file
 from airflow_provider_etl_craft.config.locate import locate_config
 from airflow_provider_etl_craft.config.profile import EngineProfile, ProfileSettings, select_profile
-from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, build_source, twin_name
+from airflow_provider_etl_craft.config.secrets import (
+    Resolver,
+    SecretsSource,
+    SettingSource,
+    build_source,
+    twin_name,
+)
 from airflow_provider_etl_craft.engine.dialects import EngineDialect, dialect_for
 from airflow_provider_etl_craft.engine.url import PostgresTarget, Target
 from airflow_provider_etl_craft.errors import EtlCraftError
@@ -209,25 +214,24 @@ def _settings(name: str, steps: ProfileSettings) -> tuple[list[Check], EnginePro
     valid = True
 
     @contextmanager
-    def setting(key: str, describe: Any = None) -> Iterator[list[Any]]:
-        """Run one step; its result goes in the yielded list. Appends the setting's line."""
+    def setting(key: str) -> Iterator[list[str]]:
+        """Append the line of the setting whose step runs in the block; the block may add how to show it."""
         nonlocal valid
         where = steps.setting(key)
-        result: list[Any] = []
+        shown: list[str] = []
         try:
-            yield result
+            yield shown
         except EtlCraftError as exc:
             valid = False
             checks.append(fail(where, str(exc) + _hint(steps.resolver, where)))
             return
         source = steps.resolver.sources.get(where)
-        shown = describe(result[0]) if describe else None
-        checks.append(_setting_line(where, source, shown, steps.resolver))
+        checks.append(_setting_line(where, source, shown[0] if shown else None, steps.resolver))
 
     target: Target | None = None
-    with setting("jdbc_url", lambda t: t.describe()) as out:
+    with setting("jdbc_url") as shown:
         target = steps.target()
-        out.append(target)
+        shown.append(target.describe())  # host, port and database (credentials are refused in the URL)
     # The keys an auth mode may take that the profile sets: unknown until its auth_mode is known.
     written_keys = [
         steps.setting(k)
@@ -237,21 +241,20 @@ def _settings(name: str, steps: ProfileSettings) -> tuple[list[Check], EnginePro
     if target is None:
         rest = (steps.setting("schema"), steps.setting("auth_mode"), *written_keys, *PROFILE_CHECKS[1:4])
         return [*checks, *not_checked(rest, f"needs {steps.setting('jdbc_url')}, which failed")], None
-    with setting("schema") as out:
-        out.append(steps.schema(target))
+    with setting("schema"):
+        steps.schema(target)
     mode: AuthMode | None = None
-    with setting("auth_mode") as out:
+    with setting("auth_mode"):
         mode = steps.auth_mode(target)
         steps.unused_keys(target, mode)  # a key the mode does not take is reported on auth_mode's line
-        out.append(mode)
     if mode is None:
         because = f"needs {steps.setting('auth_mode')}, which failed"
         return [*checks, *not_checked([*written_keys, *PROFILE_CHECKS[1:3]], because), _kind(target)], None
     for key in mode.keys:
         if key in mode.secret_keys or (key not in mode.required_keys and steps.settings.get(key) is None):
             continue
-        with setting(key) as out:
-            out.append(steps.key(mode, key))
+        with setting(key):
+            steps.key(mode, key)
     checks.append(_secret(steps, mode, target))
     valid = valid and checks[-1].status is not Status.FAIL
     checks += [_auth(mode, target), _kind(target)]
@@ -260,7 +263,7 @@ def _settings(name: str, steps: ProfileSettings) -> tuple[list[Check], EnginePro
     return checks, steps.profile(name)
 
 
-def _setting_line(where: str, source: Any, shown: str | None, resolver: Resolver) -> Check:
+def _setting_line(where: str, source: SettingSource | None, shown: str | None, resolver: Resolver) -> Check:
     """A setting that resolved: from which variable (its value not shown), or the text as written."""
     if source is None:  # not written: the default applies
         return ok(where, "not set: the default applies")

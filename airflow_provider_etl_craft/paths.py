@@ -2,9 +2,10 @@
 
 Config files, ``.env`` files, the SQLite Engine DB, certificate and key files and migration files all go
 through :func:`checked_path` (and :func:`read_text` for the text ones): a NUL byte, a symbolic link loop, a
-dangling link, a directory where a file belongs (or the reverse), an unreadable file and a file that is not
-UTF-8 each raise the caller's error type (CONFIGURATION, or MIGRATION for migration files) instead of an
-``OSError``, ``RuntimeError``, ``ValueError`` or ``UnicodeDecodeError`` from deep inside.
+dangling link, a directory where a file belongs (or the reverse), a path the operating system refuses (a name
+longer than NAME_MAX, a file used as a folder, a folder this user may not search), an unreadable file and a
+file that is not UTF-8 each raise the caller's error type (CONFIGURATION, or MIGRATION for migration files)
+instead of an ``OSError``, ``RuntimeError``, ``ValueError`` or ``UnicodeDecodeError`` from deep inside.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ import os
 from pathlib import Path
 
 from airflow_provider_etl_craft.errors import ConfigurationError, EtlCraftError
+
+#: Why the operating system refused a path, by errno: what the message says and how to fix it.
+_REFUSALS = {
+    errno.ENAMETOOLONG: "a name in it is longer than the file system allows (255 bytes per name); shorten it",
+    errno.ENOTDIR: "a part of it that should be a folder is a file; fix the path",
+    errno.EACCES: "this user may not search a folder in it; fix the path or the folder's permissions",
+    errno.EPERM: "this user may not search a folder in it; fix the path or the folder's permissions",
+}
 
 
 def checked_path(
@@ -38,21 +47,52 @@ def checked_path(
     except RuntimeError:  # Python 3.11 and 3.12 report a symbolic link loop so
         raise error(f"{setting}: {text} is a loop of symbolic links; point it at a real {kind}") from None
     except OSError as exc:  # Python 3.13+: ELOOP
-        if exc.errno == errno.ELOOP:
-            raise error(f"{setting}: {text} is a loop of symbolic links; point it at a real {kind}") from None
-        raise error(f"{setting}: cannot resolve {text} ({exc.strerror}); fix the path") from None
-    if not must_exist and not resolved.exists():
-        return resolved
-    if not resolved.exists():
-        dangling = (
-            " is a symbolic link to nothing" if Path(text).expanduser().is_symlink() else " does not exist"
-        )
-        raise error(f"{setting}: {text}{dangling}; fix the path")
-    if kind == "file" and resolved.is_dir():
+        raise _refused(exc, setting, text, kind, error) from None
+    try:
+        exists = resolved.exists()
+        if not must_exist and not exists:
+            _check_ancestors(resolved)
+            return resolved
+        if not exists:
+            dangling = (
+                " is a symbolic link to nothing"
+                if Path(text).expanduser().is_symlink()
+                else " does not exist"
+            )
+            raise error(f"{setting}: {text}{dangling}; fix the path")
+        is_dir = resolved.is_dir()
+    except OSError as exc:  # stat() refused the path: ENAMETOOLONG, EACCES, … (ENOENT/ENOTDIR read as absent)
+        raise _refused(exc, setting, text, kind, error) from None
+    if kind == "file" and is_dir:
         raise error(f"{setting}: {text} is a directory, not a file; fix the path")
-    if kind == "directory" and not resolved.is_dir():
+    if kind == "directory" and not is_dir:
         raise error(f"{setting}: {text} is not a directory; fix the path")
     return resolved
+
+
+def _check_ancestors(path: Path) -> None:
+    """A path still to be created: its nearest existing ancestor must be a folder (pathlib reads ENOTDIR as absent)."""
+    for ancestor in path.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(ancestor))
+            return
+
+
+def _refused(exc: OSError, setting: str, text: str, kind: str, error: type[EtlCraftError]) -> EtlCraftError:
+    """The caller's error for a path the operating system refused, classified by ``errno``."""
+    if exc.errno == errno.ELOOP:
+        return error(f"{setting}: {text} is a loop of symbolic links; point it at a real {kind}")
+    why = (
+        _REFUSALS.get(exc.errno or 0)
+        or f"the system refuses it ({exc.strerror or type(exc).__name__}); fix the path"
+    )
+    return error(f"{setting}: {_short(text)} cannot be used: {why}")
+
+
+def _short(text: str, keep: int = 120) -> str:
+    """A path for a message: a name too long for the system is shortened so the message stays readable."""
+    return text if len(text) <= keep else f"{text[: keep // 2]}…{text[-keep // 2 :]} ({len(text)} characters)"
 
 
 def read_text(

@@ -16,14 +16,20 @@ MIN_LIBPQ = 180000
 
 
 class SsoAuth(AuthMode):
-    """libpq signs in with the issuer itself; the mode only passes the issuer and the client id on."""
+    """libpq signs in with the issuer itself; the mode passes the issuer, the client id and, when the profile
+    gives them (as etl-craft does), the client secret and the scope on."""
 
     def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:
-        return {
+        kwargs = {
             "user": profile.user,
             "oauth_issuer": profile.fields["issuer"],
             "oauth_client_id": profile.fields["client_id"],
         }
+        if profile.secrets.get("secret"):
+            kwargs["oauth_client_secret"] = profile.secrets["secret"]
+        if profile.fields.get("scope"):
+            kwargs["oauth_scope"] = profile.fields["scope"]
+        return kwargs
 
 
 SSO = SsoAuth(
@@ -33,6 +39,15 @@ SSO = SsoAuth(
         USER,
         Field("issuer", "OAuth issuer", "the issuer URL libpq discovers"),
         Field("client_id", "OAuth client id", "the client id"),
+        Field("scope", "OAuth scope", "the scope to request", required=False),
+        Field(
+            "secret",
+            "Client secret",
+            "the client secret, for an issuer that wants one",
+            secret=True,
+            required=False,
+            conn="password",
+        ),
     ),
     driver="psycopg",
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,16 @@ from airflow_provider_etl_craft.auth import AUTH_KEYS
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.paths import read_text
 
-#: Sections of a real etl-craft file; the provider reads Secrets and Engine and leaves the rest alone.
-KNOWN_SECTIONS = frozenset({"Secrets", "Engine", "Orchestration", "Warehouse", "Cloning", "Docs_site"})
+#: Sections of a real etl-craft file, in the order etl-craft requires; the provider reads Secrets and Engine.
+SECTIONS = ("Secrets", "Orchestration", "Engine", "Warehouse", "Cloning", "Docs_site")
+KNOWN_SECTIONS = frozenset(SECTIONS)
 SECRETS_KEYS = frozenset({"Source_type", "Profile", "Path"})
-#: Keys of an Engine profile: the target, and every key some auth mode takes.
+#: Keys of an Engine profile: the target, every key some auth mode takes, and ``Name``.
 PROFILE_KEYS = frozenset({"jdbc_url", "schema", "auth_mode", *AUTH_KEYS})
+#: The one setting the Engine section may hold beside ``Profile`` and its profiles (a profile may hold it too).
+NAME_KEY = "Name"
+#: A mapping under Engine with this name is a setting, not a profile (etl-craft nests it in its sections).
+NOT_A_PROFILE = frozenset({"Email"})
 
 
 class _DuplicateKey(Exception):
@@ -29,11 +35,10 @@ class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key written twice in one mapping (PyYAML silently keeps the last)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        # Check the keys written in this mapping before '<<' merges: overriding a merged key is allowed.
+        # As etl-craft: keys are checked after '<<' merges, so a key a merge already gives is a duplicate too.
+        self.flatten_mapping(node)
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             try:
@@ -43,7 +48,6 @@ class _StrictLoader(yaml.SafeLoader):
             if first is not None:
                 raise _DuplicateKey(key, line, first)
             seen[key] = line
-        self.flatten_mapping(node)
         return super().construct_mapping(node, deep=deep)
 
 
@@ -63,13 +67,19 @@ class ConnectorFile:
 
     @property
     def base_dir(self) -> Path:
-        """Folder every relative path in the file resolves against."""
+        """Folder every relative path in the file resolves against: the file's own (links not followed)."""
         return self.path.parent
 
     @property
     def profiles(self) -> dict[str, dict[str, Any]]:
-        """Every mapping under ``Engine`` is a profile."""
-        return {k: v for k, v in self.engine.items() if k != "Profile"}
+        """Every mapping under ``Engine`` is a profile (except a setting etl-craft nests, see NOT_A_PROFILE)."""
+        return {k: v for k, v in self.engine.items() if isinstance(v, dict) and k not in NOT_A_PROFILE}
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The Engine section's own settings: everything beside ``Profile`` and the profiles."""
+        profiles = self.profiles
+        return {k: v for k, v in self.engine.items() if k != "Profile" and k not in profiles}
 
 
 def load_connector_file(path: Path) -> ConnectorFile:
@@ -82,7 +92,8 @@ def load_connector_file(path: Path) -> ConnectorFile:
         document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
     except _DuplicateKey as dup:
         raise ConfigurationError(
-            f"{path}: key '{dup.key}' appears twice (lines {dup.first_line} and {dup.line}); keep only one"
+            f"{path}: key '{dup.key}' appears twice (lines {dup.first_line} and {dup.line}; a key a '<<' merge "
+            "brings counts); keep only one"
         ) from None
     except _BadKey as bad:
         raise ConfigurationError(
@@ -104,20 +115,18 @@ def load_connector_file(path: Path) -> ConnectorFile:
     unknown = sorted(str(k) for k in document if k not in KNOWN_SECTIONS)
     if unknown:
         raise ConfigurationError(
-            f"{path}: unknown section(s) {', '.join(unknown)}; known sections are {', '.join(sorted(KNOWN_SECTIONS))}"
+            f"{path}: unknown section(s) {', '.join(unknown)}; known sections are {', '.join(SECTIONS)}"
+        )
+    present = list(document)
+    expected = [name for name in SECTIONS if name in document]
+    if present != expected:
+        raise ConfigurationError(
+            f"{path}: the sections are in the order {', '.join(present)}; etl-craft reads them only in the order "
+            f"{', '.join(expected)}: move them"
         )
     secrets = _section(path, document, "Secrets", required=False)
-    _refuse_unknown(path, "Secrets", secrets, SECRETS_KEYS)
+    refuse_unknown(path, "Secrets", secrets, SECRETS_KEYS)
     engine = _section(path, document, "Engine", required=True)
-    for name, value in engine.items():
-        if name == "Profile":
-            continue
-        if not isinstance(value, dict):
-            raise ConfigurationError(
-                f"{path}: Engine.{name} is not a profile mapping; Engine holds 'Profile' and profile "
-                f"mappings (jdbc_url, schema, …) only"
-            )
-        _refuse_unknown(path, f"Engine.{name}", value, PROFILE_KEYS)
     return ConnectorFile(path=path, secrets=secrets, engine=engine)
 
 
@@ -132,7 +141,8 @@ def _section(path: Path, document: dict[str, Any], name: str, *, required: bool)
     return value
 
 
-def _refuse_unknown(path: Path, where: str, mapping: dict[str, Any], allowed: frozenset[str]) -> None:
+def refuse_unknown(path: Path | str, where: str, mapping: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    """Refuse keys of ``mapping`` not in ``allowed``, naming them and ``where`` they are."""
     unknown = sorted(str(k) for k in mapping if k not in allowed)
     if unknown:
         raise ConfigurationError(

@@ -22,14 +22,14 @@ from pathlib import Path
 from airflow_provider_etl_craft.auth import AUTH_KEYS, AuthMode, keys_in
 from airflow_provider_etl_craft.config.load import ConnectorFile, load_connector_file
 from airflow_provider_etl_craft.config.locate import locate_config
-from airflow_provider_etl_craft.config.profile import EngineProfile, ProfileSettings, select_profile
-from airflow_provider_etl_craft.config.secrets import (
-    Resolver,
-    SecretsSource,
-    SettingSource,
-    build_source,
-    twin_name,
+from airflow_provider_etl_craft.config.profile import (
+    EngineProfile,
+    ProfileSettings,
+    active_profile,
+    refuse_unknown_keys,
+    select_profile,
 )
+from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, SettingSource, build_source
 from airflow_provider_etl_craft.engine.dialects import EngineDialect, dialect_for
 from airflow_provider_etl_craft.engine.url import PostgresTarget, Target
 from airflow_provider_etl_craft.errors import EtlCraftError
@@ -145,8 +145,8 @@ def run_checks(
             fail("Secrets source", str(exc)),
             *not_checked(rest[1:], "needs Secrets source, which failed"),
         ]
-    checks.append(ok("Secrets source", _describe_source(connector, source)))
-    selectors = Resolver(source, "", str(path))
+    checks.append(ok("Secrets source", _describe_source(source)))
+    selectors = Resolver(source, None, str(path))
     try:
         name = select_profile(
             connector.profiles, connector.engine, connector.secrets, source, profile, str(path), selectors
@@ -157,49 +157,56 @@ def run_checks(
             fail("Engine profile", str(exc)),
             *not_checked(PROFILE_CHECKS, "needs Engine profile, which failed"),
         ]
-    checks.append(_profile_check(name, profile, selectors, connector))
-    steps = ProfileSettings(
-        connector.profiles[name],
-        Resolver(source, name, str(path)),
-        str(path),
-        f"Engine.{name}",
-        connector.base_dir,
-    )
+    chosen = _profile_check(name, profile, selectors, connector)
+    checks.append(chosen)
+    steps = active_profile(connector, name, source)
     found, resolved = _settings(name, steps)
     checks += found
+    if chosen.status is Status.FAIL:  # a key the profile may not hold: its settings are still checked
+        return [*checks, *not_checked(ENGINE_DB_CHECKS, "needs Engine profile, which failed")]
     if resolved is None:
         return [*checks, *not_checked(ENGINE_DB_CHECKS, "needs every setting of the profile, and one failed")]
     return [*checks, *engine_db_checks(dialect_for(resolved), migrations_dir)]
 
 
-def _describe_source(connector: ConnectorFile, source: SecretsSource) -> str:
+def _describe_source(source: SecretsSource) -> str:
     if source.kind == "file":
-        return f"the .env file {connector.base_dir / str(connector.secrets.get('Path'))} (Secrets.Source_type: file)"
+        return f"the .env file {source.location} (Secrets.Source_type: file)"
     if source.kind == "airflow":
         return "Airflow Variables and Airflow's secrets backend (Secrets.Source_type: airflow)"
     return "the process environment (Secrets.Source_type: environment)"
 
 
 def _profile_check(name: str, explicit: str | None, selectors: Resolver, connector: ConnectorFile) -> Check:
-    """The active profile and what chose it; a selector naming a variable that is not set is a warning.
+    """The active profile, what chose it, and whether it holds only keys a profile may hold.
 
-    ``Engine.Profile`` is read first and ``Secrets.Profile`` only when it selected nothing, so the last
-    selector read chose the profile, unless it too selected nothing (an unset UPPER_CASE variable).
+    ``--profile`` decides first, then ``Engine.Profile``, then ``Secrets.Profile``; both selectors are read
+    either way. A selector that did not decide but names a variable that is not set is a warning: where it
+    decides, its text selects a profile of that name.
     """
-    read = list(selectors.sources.values())
-    missing = [s for s in read if s.looks_like_a_missing_variable and s.written not in connector.profiles]
+    read = selectors.sources
+    decided = None if explicit else read.get("Engine.Profile", read.get("Secrets.Profile"))
     if explicit:
         how = "--profile"
-    elif read and read[-1] not in missing:
-        how = read[-1].setting + (f" (from variable {read[-1].variable})" if read[-1].variable else "")
+    elif decided is not None:
+        how = decided.setting + (f" (from variable {decided.variable})" if decided.variable else "")
     else:
         how = "being the only profile"
     text = f"'{name}', chosen by {how}"
+    try:
+        refuse_unknown_keys(connector, name)
+    except EtlCraftError as exc:
+        return fail("Engine profile", f"{text}; {exc}")
+    missing = [
+        s
+        for s in read.values()
+        if s is not decided and s.looks_like_a_missing_variable and s.written not in connector.profiles
+    ]
     if not missing:
         return ok("Engine profile", text)
     named = "; ".join(
-        f"{s.setting} names variable {s.written}, which is not set in the {selectors.source.kind} secrets source, "
-        "so it selected nothing"
+        f"{s.setting} names variable {s.written}, which is not set in the {selectors.source.kind} secrets source: "
+        f"where it decides, it selects a profile '{s.written}', which does not exist"
         for s in missing
     )
     return warn("Engine profile", f"{text}; {named}: set the variable, or fix the name")
@@ -214,10 +221,9 @@ def _settings(name: str, steps: ProfileSettings) -> tuple[list[Check], EnginePro
     valid = True
 
     @contextmanager
-    def setting(key: str) -> Iterator[list[str]]:
+    def setting(where: str) -> Iterator[list[str]]:
         """Append the line of the setting whose step runs in the block; the block may add how to show it."""
         nonlocal valid
-        where = steps.setting(key)
         shown: list[str] = []
         try:
             yield shown
@@ -229,9 +235,17 @@ def _settings(name: str, steps: ProfileSettings) -> tuple[list[Check], EnginePro
         checks.append(_setting_line(where, source, shown[0] if shown else None, steps.resolver))
 
     target: Target | None = None
-    with setting("jdbc_url") as shown:
+    with setting(steps.setting("jdbc_url")) as shown:
         target = steps.target()
         shown.append(target.describe())  # host, port and database (credentials are refused in the URL)
+    if steps.name_setting is not None and steps.written_name is not None:
+        checked: str | None = None
+        with setting(steps.name_setting):
+            checked = steps.engine_name()
+        if checked is None and checks[-1].status is not Status.FAIL:  # the jdbc_url names no engine
+            checks[-1:] = not_checked(
+                [steps.name_setting], f"needs {steps.setting('jdbc_url')}, which failed"
+            )
     # The keys an auth mode may take that the profile sets: unknown until its auth_mode is known.
     written_keys = [
         steps.setting(k)
@@ -241,19 +255,24 @@ def _settings(name: str, steps: ProfileSettings) -> tuple[list[Check], EnginePro
     if target is None:
         rest = (steps.setting("schema"), steps.setting("auth_mode"), *written_keys, *PROFILE_CHECKS[1:4])
         return [*checks, *not_checked(rest, f"needs {steps.setting('jdbc_url')}, which failed")], None
-    with setting("schema"):
+    with setting(steps.setting("schema")):
         steps.schema(target)
     mode: AuthMode | None = None
-    with setting("auth_mode"):
+    with setting(steps.setting("auth_mode")):
         mode = steps.auth_mode(target)
-        steps.unused_keys(target, mode)  # a key the mode does not take is reported on auth_mode's line
+    if mode is not None and steps.ignored_keys(
+        mode
+    ):  # ignored, as etl-craft ignores them: said on auth_mode's line
+        checks[-1] = warn(
+            checks[-1].name, f"{checks[-1].message}; {_ignored(steps.ignored_keys(mode), mode, target)}"
+        )
     if mode is None:
         because = f"needs {steps.setting('auth_mode')}, which failed"
         return [*checks, *not_checked([*written_keys, *PROFILE_CHECKS[1:3]], because), _kind(target)], None
     for key in mode.keys:
         if key in mode.secret_keys or (key not in mode.required_keys and steps.settings.get(key) is None):
             continue
-        with setting(key):
+        with setting(steps.setting(key)):
             steps.key(mode, key)
     checks.append(_secret(steps, mode, target))
     valid = valid and checks[-1].status is not Status.FAIL
@@ -271,13 +290,28 @@ def _setting_line(where: str, source: SettingSource | None, shown: str | None, r
         return ok(where, f"from variable {source.variable} (value not shown)")
     text = f"{shown or repr(source.written)}, as written"
     if source.looks_like_a_missing_variable:
+        twin = (
+            f" (nor its profile twin {source.twin})" if source.twin and source.twin != source.written else ""
+        )
         return warn(
             where,
-            f"{text}, but it reads like a variable name: no variable {source.written} (nor its profile twin "
-            f"{twin_name(source.written, resolver.profile)}) is set in the {resolver.source.kind} secrets source, "
-            "so the text itself is the value; set the variable, or write the value you mean",
+            f"{text}, but it reads like a variable name: no variable {source.written}{twin} is set in the "
+            f"{resolver.source.kind} secrets source, so the text itself is the value; set the variable, or write "
+            "the value you mean",
         )
     return ok(where, text)
+
+
+def _ignored(settings: Sequence[str], mode: AuthMode, target: Target) -> str:
+    """Why settings the profile holds are not used: the auth mode takes none of them (SQLite takes none at all)."""
+    listed = ", ".join(settings)
+    verb, them = ("is", "it") if len(settings) == 1 else ("are", "them")
+    if not isinstance(target, PostgresTarget):
+        return f"{listed} {verb} not used by a SQLite Engine DB and ignored, as etl-craft ignores {them}; remove {them}"
+    return (
+        f"{listed} {verb} not used by auth_mode '{mode.name}' (it takes {', '.join(mode.keys)}) and ignored, as "
+        f"etl-craft ignores {them}; remove {them}, or set the auth_mode that takes {them}"
+    )
 
 
 def _hint(resolver: Resolver, where: str) -> str:
@@ -295,6 +329,10 @@ def _secret(steps: ProfileSettings, mode: AuthMode, target: Target) -> Check:
     """The secret the auth mode presents: its variable is set and not empty (the value is never shown)."""
     if not isinstance(target, PostgresTarget):
         return ok(SECRET_CHECK, "none: a SQLite Engine DB has nothing to log in with")
+    try:
+        steps.unused_secret(target, mode)  # a secret the mode does not take must still name a set variable
+    except EtlCraftError as exc:
+        return fail(SECRET_CHECK, str(exc))
     if not mode.secret_keys:
         return ok(SECRET_CHECK, f"none: auth_mode {mode.name} presents no stored secret")
     found = []

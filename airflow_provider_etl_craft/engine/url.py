@@ -77,9 +77,12 @@ def parse_jdbc_url(url: str, setting: str, base_dir: Path | None) -> Target:
     :param base_dir: folder relative paths resolve against (None: the working directory).
     :raises ConfigurationError: unknown scheme, in-memory SQLite, credentials or unknown query keys, …
     """
-    if url.startswith(SQLITE_PREFIX):
+    # The engine is told by its prefix in any case, as etl-craft tells it.
+    if url.lower().startswith(SQLITE_PREFIX):
         return _sqlite(url[len(SQLITE_PREFIX) :], setting, base_dir)
-    if url.startswith(POSTGRES_PREFIX):
+    if url.lower().startswith(POSTGRES_PREFIX):
+        if not url.startswith("jdbc:"):  # etl-craft's PostgreSQL driver URL parser wants it in lower case
+            raise ConfigurationError(f"{setting}: write the prefix jdbc: in lower case (jdbc:postgresql://…)")
         return _postgres(url[len("jdbc:") :], setting, base_dir)
     raise ConfigurationError(
         f"{setting} must start with 'jdbc:sqlite:' or 'jdbc:postgresql://'; "
@@ -88,7 +91,7 @@ def parse_jdbc_url(url: str, setting: str, base_dir: Path | None) -> Target:
 
 
 def _sqlite(rest: str, setting: str, base_dir: Path | None) -> SqliteTarget:
-    name = rest.strip()
+    name = rest  # everything after the prefix is the file name, as etl-craft takes it
     if name in ("", ":memory:") or "mode=memory" in name or name.startswith("file::memory:"):
         raise ConfigurationError(
             f"{setting}: in-memory SQLite is refused: each Airflow task runs in its own process and would "
@@ -102,7 +105,7 @@ def _sqlite(rest: str, setting: str, base_dir: Path | None) -> SqliteTarget:
 
 
 def _postgres(rest: str, setting: str, base_dir: Path | None) -> PostgresTarget:
-    if not rest.startswith("postgresql://"):
+    if not rest.lower().startswith("postgresql://"):
         raise ConfigurationError(f"{setting}: write jdbc:postgresql://host[:port]/database[?settings]")
     try:
         parts = urlsplit(rest)

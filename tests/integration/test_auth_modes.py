@@ -355,14 +355,17 @@ def _sso_hook(shape: str, cluster: PgCluster, database: str, tmp_path: Path,
                         issuer=ISSUER, client_id=CLIENT_ID)  # fmt: skip
 
 
-def test_sso_inline_connection_with_a_password_is_refused(pg_cluster: PgCluster, monkeypatch) -> None:
-    hook = _inline_hook(monkeypatch, "etl_auth_sso_pw", pg_cluster, "postgres", SSO_ROLE, "stray-Pw-9Tq", "sso",
-                        issuer=ISSUER, client_id=CLIENT_ID)  # fmt: skip
+def test_inline_connection_with_a_password_for_a_mode_without_a_secret_is_refused(
+    pg_cluster: PgCluster, monkeypatch
+) -> None:
+    """sts takes no stored secret (sso takes an optional client secret, as etl-craft passes it)."""
+    hook = _inline_hook(monkeypatch, "etl_auth_sts_pw", pg_cluster, "postgres", SSO_ROLE, "stray-Pw-9Tq", "sts",
+                        region="eu-west-1")  # fmt: skip
     with pytest.raises(ConfigurationError) as info:
         hook.get_conn()
     message = str(info.value)
     assert (
-        "takes no stored secret" in message and "etl_auth_sso_pw" in message and "stray-Pw-9Tq" not in message
+        "takes no stored secret" in message and "etl_auth_sts_pw" in message and "stray-Pw-9Tq" not in message
     )
 
 

@@ -132,10 +132,10 @@ def test_several_problems_are_all_reported_with_the_summary(tmp_path: Path, monk
         by_name["Engine.dev.schema"][0] == "FAIL"
         and "must be a plain identifier" in by_name["Engine.dev.schema"][1]
     )
-    assert by_name["Engine.dev.auth_mode"] == (
-        "FAIL",
-        f"{config}: Engine.dev.region not used by auth_mode 'password'; remove it (auth_mode 'password' takes "
-        "user, secret)",
+    assert by_name["Engine.dev.auth_mode"] == (  # ignored, as etl-craft ignores it: a warning, not a failure
+        "WARN",
+        "'password', as written; Engine.dev.region is not used by auth_mode 'password' (it takes user, secret) "
+        "and ignored, as etl-craft ignores it; remove it, or set the auth_mode that takes it",
     )
     assert (
         by_name["Engine.dev.user"][0] == "WARN" and "no variable ENGINE_USER" in by_name["Engine.dev.user"][1]
@@ -146,7 +146,7 @@ def test_several_problems_are_all_reported_with_the_summary(tmp_path: Path, monk
     )
     for name in doctor.ENGINE_DB_CHECKS:  # listed, not dropped
         assert by_name[name] == ("FAIL", "not checked: needs every setting of the profile, and one failed")
-    assert counts == (6, 1, 7), out
+    assert counts == (6, 2, 6), out
 
 
 def test_a_missing_file_fails_every_check_as_not_checked(tmp_path: Path) -> None:
@@ -158,8 +158,13 @@ def test_a_missing_file_fails_every_check_as_not_checked(tmp_path: Path) -> None
     assert counts == (0, 0, len(rows))
 
 
-@pytest.mark.parametrize("value", ["ETL_CRAFT_USER", "ETL_USER_2"])
-def test_a_value_that_reads_like_an_unset_variable_warns(value: str, tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("value", "twin"),
+    [("ETL_CRAFT_USER", " (nor its profile twin ETL_CRAFT_DEV_USER)"), ("ETL_USER_2", "")],
+)  # the twin goes before the field's suffix: a name not ending in _USER has none
+def test_a_value_that_reads_like_an_unset_variable_warns(
+    value: str, twin: str, tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.delenv(value, raising=False)
     monkeypatch.setenv("ENGINE_SECRET", "s3cret-Zp0")
     config = write_config(tmp_path, (
@@ -171,14 +176,15 @@ def test_a_value_that_reads_like_an_unset_variable_warns(value: str, tmp_path: P
     assert line.startswith(
         f"[WARN] Engine.dev.user: '{value}', as written, but it reads like a variable name: "
     )
-    assert (
-        f"no variable {value} (nor its profile twin " in line
-        and "set in the environment secrets source" in line
-    )
+    assert f"no variable {value}{twin} is set in the environment secrets source" in line
     monkeypatch.setenv(value, "etl_user")  # set: its value is used, and not shown
     status, out, _ = check(config)
     assert f"[OK  ] Engine.dev.user: from variable {value} (value not shown)\n" in out
     assert "[WARN]" not in out
+    if twin:  # the profile twin, when defined, wins: the line names the variable actually used
+        monkeypatch.setenv("ETL_CRAFT_DEV_USER", "etl_dev_user")
+        status, out, _ = check(config)
+        assert "[OK  ] Engine.dev.user: from variable ETL_CRAFT_DEV_USER (value not shown)\n" in out
 
 
 def test_ordinary_values_used_as_written_do_not_warn(tmp_path: Path) -> None:
@@ -189,24 +195,71 @@ def test_ordinary_values_used_as_written_do_not_warn(tmp_path: Path) -> None:
     assert status == 0 and "[WARN]" not in out and "[OK  ] Engine.dev.schema: 'main', as written\n" in out
 
 
-def test_warnings_alone_exit_0(engine: EngineSetup, monkeypatch) -> None:
-    """An Engine.Profile naming an unset variable selects nothing (the only profile is used): a warning."""
-    monkeypatch.delenv("ETL_ACTIVE_PROFILE", raising=False)
+def test_warnings_alone_exit_0(engine: EngineSetup) -> None:
+    """A key the auth mode does not use is ignored, as etl-craft ignores it: a warning, and exit 0."""
     engine.hook().init_db()
+    engine.config_path.write_text(engine.config_path.read_text() + "    region: eu-west-1\n")
+    status, out, _ = check(engine.config_path)
+    _, (_, warnings, failed) = parsed(out)
+    assert (status, warnings, failed) == (0, 1, 0), out
+    (line,) = [line for line in out.splitlines() if line.startswith("[WARN]")]
+    assert line.startswith("[WARN] Engine.test.auth_mode: ") and "Engine.test.region is not used by " in line
+    assert "ignored, as etl-craft ignores it" in line
+
+
+def test_a_profile_selector_naming_an_unset_variable_fails_naming_it(
+    engine: EngineSetup, monkeypatch
+) -> None:
+    """As etl-craft: an unset variable's name is used as written, so it selects a profile of that name."""
+    monkeypatch.delenv("ETL_ACTIVE_PROFILE", raising=False)
+    monkeypatch.delenv("ETL_OTHER_PROFILE", raising=False)
+    engine.hook().init_db()
+    body = engine.config_path.read_text()[len("Engine:\n") :]
+    engine.config_path.write_text("Engine:\n  Profile: ETL_ACTIVE_PROFILE\n" + body)
+    status, out, _ = check(engine.config_path)
+    assert status == 1 and (
+        "[FAIL] Engine profile: " in out
+        and "Engine.Profile selects profile 'ETL_ACTIVE_PROFILE' (no variable ETL_ACTIVE_PROFILE is set, so the "
+        "text itself was used), which does not exist; profiles: test\n"
+        in out
+    ), out
+    monkeypatch.setenv("ETL_ACTIVE_PROFILE", "test")
+    status, out, _ = check(engine.config_path)
+    assert status == 0 and "[OK  ] Engine profile: 'test', chosen by Engine.Profile (from variable " in out
+    # Secrets.Profile is read too, though Engine.Profile decides: naming an unset variable, it warns
     engine.config_path.write_text(
-        "Engine:\n  Profile: ETL_ACTIVE_PROFILE\n" + engine.config_path.read_text()[8:]
+        "Secrets:\n  Profile: ETL_OTHER_PROFILE\nEngine:\n  Profile: ETL_ACTIVE_PROFILE\n" + body
     )
     status, out, _ = check(engine.config_path)
     _, (_, warnings, failed) = parsed(out)
     assert (status, warnings, failed) == (0, 1, 0), out
     assert (
-        "[WARN] Engine profile: 'test', chosen by being the only profile; Engine.Profile names variable "
-        "ETL_ACTIVE_PROFILE, which is not set in the environment secrets source, so it selected nothing"
-        in out
-    )
-    monkeypatch.setenv("ETL_ACTIVE_PROFILE", "test")
-    status, out, _ = check(engine.config_path)
-    assert status == 0 and "[OK  ] Engine profile: 'test', chosen by Engine.Profile (from variable " in out
+        "[WARN] Engine profile: 'test', chosen by Engine.Profile (from variable ETL_ACTIVE_PROFILE); "
+        "Secrets.Profile names variable ETL_OTHER_PROFILE, which is not set in the environment secrets source: "
+        "where it decides, it selects a profile 'ETL_OTHER_PROFILE', which does not exist" in out
+    ), out
+
+
+def test_unknown_keys_and_a_wrong_name_fail_and_the_other_settings_are_still_checked(tmp_path: Path) -> None:
+    """Only the active profile's keys are checked, after it is chosen; Name must match the jdbc_url."""
+    config = write_config(tmp_path, (
+        "Engine:\n  Name: PostgreSQL\n  dev:\n    jdbc_url: jdbc:sqlite:e.db\n    schema: 9lives\n"
+        "    colour: blue\n  other:\n    shape: round\n"
+    ))  # fmt: skip
+    status, out, err = check(config, "--profile", "dev")
+    rows, _ = parsed(out)
+    by_name = {name: (state, message) for state, name, message in rows}
+    assert status == 1 and err == ""
+    state, message = by_name["Engine profile"]
+    assert state == "FAIL" and "unknown key(s) in Engine.dev: colour" in message and "shape" not in out
+    state, message = by_name["Engine.Name"]
+    assert state == "FAIL" and "but the jdbc_url is a SQLite URL" in message
+    assert by_name["Engine.dev.schema"][0] == "FAIL"
+    assert by_name["Engine DB connection"] == ("FAIL", "not checked: needs Engine profile, which failed")
+    config.write_text("Engine:\n  Name: sqlite\n  dev:\n    jdbc_url: jdbc:sqlite:e.db\n")
+    assert main(["init-db", "--config", str(config)], io.StringIO(), io.StringIO()) == 0
+    status, out, _ = check(config)
+    assert status == 0 and "[OK  ] Engine.Name: 'sqlite', as written\n" in out, out
 
 
 def test_a_sqlite_engine_db_under_a_remote_executor_warns(engine: EngineSetup, monkeypatch) -> None:

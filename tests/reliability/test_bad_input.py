@@ -303,7 +303,7 @@ HOSTILE_CONFIGS = [
         "plain identifier",
         id="schema-from-a-variable-with-sql",
     ),  # fmt: skip
-    pytest.param(pg_file('"etl_craft\\n"'), {}, "plain identifier", id="schema-trailing-newline"),
+    pytest.param(pg_file('"etl\\ncraft"'), {}, "plain identifier", id="schema-inner-newline"),
     pytest.param(pg_file('"etl\\0craft"'), {}, "plain identifier", id="schema-nul"),
     pytest.param(pg_file('"etl\\u200bcraft"'), {}, "plain identifier", id="schema-zero-width-space"),
     pytest.param(pg_file('"etl_\u0441raft"'), {}, "plain identifier", id="schema-cyrillic-homoglyph"),
@@ -323,7 +323,7 @@ HOSTILE_CONFIGS = [
     pytest.param(
         "Orchestration:\n  b0: &b0 [lol]\n" + BOMB + pg_file("*b9"),
         {},
-        "must be a text value",
+        "must be a single value",
         id="yaml-alias-bomb-as-schema",
     ),  # fmt: skip
     pytest.param(pg_file("etl_craft") + "# \x00\n", {}, "not valid YAML", id="nul-byte-in-file"),

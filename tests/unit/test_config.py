@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -85,6 +86,10 @@ Secrets:
 Orchestration:
   scheduler: airflow
   anything_goes: {nested: [1, 2, 3]}
+Engine:
+  dev:
+    jdbc_url: jdbc:sqlite:engine/etl-craft.db
+    schema: main
 Warehouse:
   dev:
     jdbc_url: jdbc:snowflake://acme.snowflakecomputing.com
@@ -93,10 +98,6 @@ Cloning:
   enabled: true
 Docs_site:
   title: Our pipelines
-Engine:
-  dev:
-    jdbc_url: jdbc:sqlite:engine/etl-craft.db
-    schema: main
 """,
     )
 
@@ -145,13 +146,6 @@ Engine:
         ),
         pytest.param(
             sqlite_profiles("dev", "test", "prod", engine_profile="ENGINE_PROFILE", secrets_profile="prod"),
-            {},
-            None,
-            "prod",
-            id="unset-engine-profile-variable-falls-back-to-secrets-profile",
-        ),
-        pytest.param(
-            sqlite_profiles("dev", "test", "prod", engine_profile="ENGINE_PROFILE", secrets_profile="prod"),
             {"ENGINE_PROFILE": "dev"},
             None,
             "dev",
@@ -159,11 +153,18 @@ Engine:
         ),
         pytest.param(sqlite_profiles("only"), {}, None, "only", id="the-only-profile"),
         pytest.param(
-            sqlite_profiles("only", secrets_profile="ETL_CRAFT_PROFILE"),
+            sqlite_profiles("dev", "ENGINE_PROFILE", engine_profile="ENGINE_PROFILE", secrets_profile="dev"),
             {},
             None,
-            "only",
-            id="unset-selector-variable-and-one-profile",
+            "ENGINE_PROFILE",
+            id="unset-engine-profile-variable-is-the-profile-name-as-written",
+        ),
+        pytest.param(
+            sqlite_profiles("dev", "prod", engine_profile=" prod ", secrets_profile="dev"),
+            {},
+            None,
+            "prod",
+            id="selector-text-is-stripped",
         ),
     ],
 )
@@ -276,16 +277,28 @@ def test_the_plain_variable_serves_when_the_twin_is_absent(
 
 
 @pytest.mark.parametrize(
-    ("variable", "profile", "twin"),
+    ("variable", "profile", "field", "twin"),
     [
-        ("ENGINE_SECRET", "prod", "ENGINE_PROD_SECRET"),
-        ("ENGINE_DB_SECRET", "prod", "ENGINE_PROD_DB_SECRET"),
-        ("TOKEN", "prod", "TOKEN_PROD"),
-        ("ENGINE_SECRET", "eu-west", "ENGINE_EU_WEST_SECRET"),
+        ("ETL_CRAFT_ENGINE_SECRET", "prod", "secret", "ETL_CRAFT_ENGINE_PROD_SECRET"),
+        ("ENGINE_SECRET", "prod", "secret", "ENGINE_PROD_SECRET"),
+        ("ENGINE_JDBC_URL", "prod", "jdbc_url", "ENGINE_PROD_JDBC_URL"),
+        ("ENGINE_KEY_FILE", "uat", "key_file", "ENGINE_UAT_KEY_FILE"),
+        ("ENGINE_AUTH_MODE", "sit", "auth_mode", "ENGINE_SIT_AUTH_MODE"),
+        ("ENGINE_NAME", "prod", "Name", "ENGINE_PROD_NAME"),
+        ("engine_secret", "prod", "secret", "engine_PROD_secret"),
+        ("ENGINE_PROD_SECRET", "prod", "secret", "ENGINE_PROD_SECRET"),
+        ("engine_prod_secret", "prod", "secret", "engine_prod_secret"),
+        ("ENGINE_SECRET", "eu-west", "secret", "ENGINE_EU-WEST_SECRET"),
+        ("ENGINE_URL", "prod", "jdbc_url", None),
+        ("TOKEN", "prod", "secret", None),
+        ("SECRET", "prod", "secret", None),
+        ("ENGINE_SECRET", "prod", "user", None),
     ],
 )
-def test_twin_name(variable: str, profile: str, twin: str) -> None:
-    assert twin_name(variable, profile) == twin
+def test_twin_name_goes_before_the_field_suffix(
+    variable: str, profile: str, field: str, twin: str | None
+) -> None:
+    assert twin_name(variable, profile, field) == twin
 
 
 # --- secrets sources -------------------------------------------------------------------------------
@@ -302,7 +315,8 @@ def test_file_source_reads_a_dotenv_file_beside_the_config(
         "\n"
         f'export ENGINE_SECRET="{secret} with spaces"\n'
         "ENGINE_USER='etl_user'\n"
-        "ENGINE_SCHEMA=etl_craft   # trailing comment\n"
+        "ENGINE_SCHEMA=etl_craft\n"
+        "this line has no equals sign and is skipped\n"
         "  # an indented comment\n",
         encoding="utf-8",
     )
@@ -323,12 +337,18 @@ def test_file_source_reads_a_dotenv_file_beside_the_config(
     assert profile.schema == "etl_craft"
 
 
-def test_dotenv_quoted_value_followed_by_a_comment(tmp_path: Path) -> None:
+def test_dotenv_text_after_a_value_is_part_of_the_value(tmp_path: Path) -> None:
+    """No trailing comments in a .env file (etl-craft's rule): a quoted value followed by text keeps its quotes."""
     secret = new_secret()
-    (tmp_path / "engine.env").write_text(f'ENGINE_SECRET="{secret}"  # rotated monthly\nENGINE_USER=etl\n')
+    (tmp_path / "engine.env").write_text(
+        f'ENGINE_SECRET="{secret}"  # rotated monthly\nENGINE_USER=etl # ops\n'
+    )
     config = write_config(tmp_path, "Secrets:\n  Source_type: file\n  Path: engine.env\n" + PROD_PG)
 
-    assert load_engine_profile(config).secrets == {"secret": secret}
+    profile = load_engine_profile(config)
+
+    assert profile.secrets == {"secret": f'"{secret}"  # rotated monthly'}
+    assert profile.user == "etl # ops"
 
 
 def test_airflow_source_reads_airflow_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -489,24 +509,30 @@ def test_resolved_secret_is_registered_with_the_airflow_masker(
     assert redacted.startswith("x ") and redacted.endswith(" y")
 
 
-def test_yaml_merge_key_overrides_are_not_duplicates(tmp_path: Path) -> None:
-    config = write_config(
-        tmp_path,
+def test_yaml_merge_keys_are_read_but_overriding_a_merged_key_is_a_duplicate(tmp_path: Path) -> None:
+    """etl-craft checks duplicates after '<<' merges: a merge is fine, overriding a key it brings is not."""
+    merged = write_config(
+        tmp_path / "merged",
         """\
 Engine:
   Profile: test
   dev: &common
     jdbc_url: jdbc:sqlite:engine/dev.db
-    schema: main
   test:
     <<: *common
-    jdbc_url: jdbc:sqlite:engine/test.db
+    schema: main
 """,
     )
-
-    assert load_engine_profile(config).target == SqliteTarget(
-        path=(tmp_path / "engine" / "test.db").resolve()
+    overridden = write_config(
+        tmp_path / "overridden",
+        merged.read_text().replace("    schema: main\n", "    jdbc_url: jdbc:sqlite:t.db\n"),
     )
+
+    assert load_engine_profile(merged).target == SqliteTarget(
+        path=(tmp_path / "merged/engine/dev.db").resolve()
+    )
+    with pytest.raises(ConfigurationError, match=r"key 'jdbc_url' appears twice \(lines 4 and 7"):
+        load_engine_profile(overridden)
 
 
 # --- Airflow connections ---------------------------------------------------------------------------
@@ -637,3 +663,260 @@ def test_inline_connection_with_jdbc_url_does_not_drop_driver_extras() -> None:
         return  # refusing the combination is fine too
     assert isinstance(profile.target, PostgresTarget)
     assert profile.target.settings.get("sslmode") == "verify-full"
+
+
+# --- parity with etl-craft's reader (docs/etl-craft-parity.md) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("section_name", "profile_name", "url"),
+    [
+        ("Postgres", None, PROD_URL),
+        ("postgres", None, PROD_URL),
+        ("PostgreSQL", None, PROD_URL),
+        ("POSTGRESQL", None, PROD_URL),
+        (None, "Postgres", PROD_URL),
+        ("SQLite", "Postgres", PROD_URL),  # the profile's own Name wins over the section's
+        ("SQLite", None, "jdbc:sqlite:engine/etl-craft.db"),
+        (None, "sqlite", "jdbc:sqlite:engine/etl-craft.db"),
+        ("Postgres", "SQLITE", "jdbc:sqlite:engine/etl-craft.db"),
+    ],
+)
+def test_name_at_section_or_profile_level_matching_the_url_is_accepted(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    section_name: str | None,
+    profile_name: str | None,
+    url: str,
+) -> None:
+    monkeypatch.setenv("ENGINE_SECRET", new_secret())
+    text = PROD_PG.replace(PROD_URL, url)
+    if profile_name:
+        text = text.replace("  prod:\n", f"  prod:\n    Name: {profile_name}\n")
+    if section_name:
+        text = text.replace("Engine:\n", f"Engine:\n  Name: {section_name}\n")
+    if url.startswith("jdbc:sqlite:"):
+        text = text.replace("    auth_mode: password\n", "")
+
+    profile = load_engine_profile(write_config(tmp_path, text))
+
+    assert profile.dialect_name == ("sqlite" if url.startswith("jdbc:sqlite:") else "postgresql")
+
+
+def test_name_may_be_a_variable_with_a_profile_twin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGINE_SECRET", new_secret())
+    monkeypatch.setenv("ENGINE_NAME", "SQLite")
+    monkeypatch.setenv("ENGINE_PROD_NAME", "Postgres")
+    config = write_config(tmp_path, PROD_PG.replace("Engine:\n", "Engine:\n  Name: ENGINE_NAME\n"))
+
+    assert load_engine_profile(config).dialect_name == "postgresql"
+
+
+def test_twins_are_looked_up_only_for_names_ending_in_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ENGINE_URL`` does not end in ``_JDBC_URL``: it has no twin, so ``ENGINE_PROD_URL`` is never read."""
+    monkeypatch.setenv("ENGINE_SECRET", new_secret())
+    monkeypatch.setenv("ENGINE_URL", "jdbc:postgresql://shared.example.com/engine")
+    monkeypatch.setenv("ENGINE_PROD_URL", "jdbc:postgresql://prod-only.example.com/engine")
+    monkeypatch.setenv("ENGINE_PROD_JDBC_URL", "jdbc:postgresql://twin.example.com/engine")
+    monkeypatch.setenv("ENGINE_JDBC_URL", "jdbc:postgresql://plain.example.com/engine")
+    by_url = write_config(tmp_path / "url", PROD_PG.replace(PROD_URL, "ENGINE_URL"))
+    by_jdbc_url = write_config(tmp_path / "jdbc_url", PROD_PG.replace(PROD_URL, "ENGINE_JDBC_URL"))
+    already_twin = write_config(tmp_path / "twin", PROD_PG.replace(PROD_URL, "ENGINE_PROD_JDBC_URL"))
+
+    assert load_engine_profile(by_url).target.describe() == "postgresql://shared.example.com:5432/engine"
+    assert load_engine_profile(by_jdbc_url).target.describe() == "postgresql://twin.example.com:5432/engine"
+    assert load_engine_profile(already_twin).target.describe() == "postgresql://twin.example.com:5432/engine"
+
+
+def test_a_defined_empty_twin_wins_over_the_plain_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGINE_SECRET", new_secret())
+    monkeypatch.setenv("ENGINE_USER", "alice")
+    monkeypatch.setenv("ENGINE_PROD_USER", "")
+
+    with pytest.raises(ConfigurationError, match=r"Engine\.prod\.user is required by auth_mode 'password'"):
+        load_engine_profile(write_config(tmp_path, PROD_PG))
+
+
+def test_settings_and_variable_values_are_stripped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGINE_SECRET", new_secret())
+    monkeypatch.setenv("ENGINE_USER", "  alice\n")
+    config = write_config(tmp_path, PROD_PG.replace("schema: etl_craft", "schema: ' etl_craft '"))
+
+    profile = load_engine_profile(config)
+
+    assert (profile.user, profile.schema) == ("alice", "etl_craft")
+
+
+@pytest.mark.parametrize("written", ["file", "File", "FILE", "SECRETS_SOURCE"])
+def test_source_type_is_any_case_and_may_be_an_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: str
+) -> None:
+    secret = new_secret()
+    monkeypatch.setenv("SECRETS_SOURCE", "File")
+    monkeypatch.setenv("SECRETS_PATH", "engine.env")
+    (tmp_path / "engine.env").write_text(f"ENGINE_SECRET={secret}\nENGINE_USER=etl\n")
+    config = write_config(tmp_path, f"Secrets:\n  Source_type: {written}\n  Path: SECRETS_PATH\n" + PROD_PG)
+
+    assert load_engine_profile(config).secrets == {"secret": secret}
+
+
+def test_secrets_path_expands_the_home_folder_and_folds_dot_dot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = new_secret()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "engine.env").write_text(f"ENGINE_SECRET={secret}\nENGINE_USER=etl\n")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "engine.env").write_text(f"ENGINE_SECRET={secret}\nENGINE_USER=shared\n")
+    home = write_config(tmp_path / "a", "Secrets:\n  Source_type: file\n  Path: ~/engine.env\n" + PROD_PG)
+    (tmp_path / "b").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "b" / "link")  # a dangling link: '..' is folded as text
+    dotdot = write_config(
+        tmp_path / "b", "Secrets:\n  Source_type: file\n  Path: link/../../shared/engine.env\n" + PROD_PG
+    )
+
+    assert load_engine_profile(home).user == "etl"
+    assert load_engine_profile(dotdot).user == "shared"
+
+
+def test_dotenv_reading_follows_etl_crafts_rules(tmp_path: Path) -> None:
+    secret = new_secret()
+    (tmp_path / "engine.env").write_text(
+        "\ufeffENGINE_USER=first\n"  # a byte-order mark is dropped
+        "a line without an equals sign is skipped\n"
+        "export   ENGINE_USER = 'second'  \n"
+        f'ENGINE_SECRET="{secret}\n'  # an unmatched quote is kept
+        "not a variable name=fine\n",
+        encoding="utf-8",
+    )
+    config = write_config(tmp_path, "Secrets:\n  Source_type: file\n  Path: engine.env\n" + PROD_PG)
+
+    profile = load_engine_profile(config)
+
+    assert profile.user == "second"
+    assert profile.secrets == {"secret": f'"{secret}'}
+
+
+def test_only_the_active_profile_is_checked_for_unknown_keys(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        "Engine:\n  Profile: dev\n  dev:\n    jdbc_url: jdbc:sqlite:dev.db\n"
+        "  prod:\n    jdbc_url: jdbc:sqlite:prod.db\n    hostname: not-an-engine-key\n",
+    )
+
+    assert load_engine_profile(config).name == "dev"
+    with pytest.raises(ConfigurationError, match=r"unknown key\(s\) in Engine\.prod: hostname"):
+        load_engine_profile(config, "prod")
+
+
+def test_a_section_setting_the_active_profile_overrides_is_accepted(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, "Engine:\n  schema: ignored\n  dev:\n    jdbc_url: jdbc:sqlite:dev.db\n    schema: main\n"
+    )
+
+    assert load_engine_profile(config).schema == "main"
+
+
+def test_keys_the_mode_does_not_use_are_accepted_and_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = new_secret()
+    monkeypatch.setenv("ENGINE_SECRET", secret)
+    monkeypatch.setenv("ENGINE_USER", "etl")
+    sqlite = write_config(
+        tmp_path / "sqlite",
+        "Engine:\n  dev:\n    jdbc_url: jdbc:sqlite:dev.db\n    user: somebody\n    secret: 'not a variable'\n"
+        "    key_file: nowhere.key\n    auth_mode: none\n",
+    )
+    pg = write_config(
+        tmp_path / "pg", PROD_PG + "    client_id: unused\n    key_file: unused.key\n    issuer: x\n"
+    )
+
+    assert load_engine_profile(sqlite).secrets == {}
+    profile = load_engine_profile(pg)
+    assert (profile.fields, profile.secrets) == ({}, {"secret": secret})
+
+
+def test_sso_takes_an_optional_client_secret_and_scope(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = new_secret()
+    monkeypatch.setenv("ENGINE_SECRET", secret)
+    config = write_config(
+        tmp_path,
+        PROD_PG.replace("auth_mode: password", "auth_mode: sso")
+        + "    issuer: https://login.example.com\n    client_id: etl\n    scope: openid\n",
+    )
+
+    profile = load_engine_profile(config)
+    kwargs = profile.auth.connect_kwargs(profile)
+
+    assert kwargs["oauth_client_secret"] == secret
+    assert kwargs["oauth_scope"] == "openid"
+
+
+@pytest.mark.parametrize(
+    ("url", "dialect"),
+    [("jdbc:SQLite:engine/x.db", "sqlite"), ("JDBC:SQLITE:engine/x.db", "sqlite"),
+     ("jdbc:PostgreSQL://db.internal/etl_craft", "postgresql")],
+)  # fmt: skip
+def test_the_url_prefix_is_any_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, dialect: str
+) -> None:
+    monkeypatch.setenv("ENGINE_SECRET", new_secret())
+    text = PROD_PG.replace(PROD_URL, url)
+    if dialect == "sqlite":
+        text = text.replace("    auth_mode: password\n", "")
+
+    profile = load_engine_profile(write_config(tmp_path, text))
+
+    assert profile.dialect_name == dialect
+    if dialect == "sqlite":
+        assert profile.target == SqliteTarget((tmp_path / "engine" / "x.db").resolve())
+
+
+def test_upward_search_finds_a_project_folder_named_etl_craft(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = tmp_path / "repo" / "dags" / "daily"
+    deep.mkdir(parents=True)
+    found = write_config(tmp_path / "repo" / "etl-craft", sqlite_profiles("dev"))
+    monkeypatch.chdir(deep)
+
+    assert locate_config() == found
+    write_config(tmp_path / "repo", sqlite_profiles("other"))
+    with pytest.raises(ConfigurationError, match="found both"):
+        locate_config()
+
+
+def test_relative_paths_resolve_beside_the_config_as_found_not_its_link_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = new_secret()
+    shared = write_config(
+        tmp_path / "shared", "Secrets:\n  Source_type: file\n  Path: engine.env\n" + PROD_PG
+    )
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "engine.env").write_text(f"ENGINE_SECRET={secret}\nENGINE_USER=project\n")
+    link = tmp_path / "project" / "craft-connector.yml"
+    os.symlink(shared, link)
+
+    assert load_engine_profile(link).user == "project"
+
+
+def test_name_is_checked_before_the_login_settings(tmp_path: Path) -> None:
+    """As etl-craft orders its checks: a wrong Name is reported even when auth_mode is missing too."""
+    config = write_config(
+        tmp_path,
+        "Engine:\n  Name: SQLite\n  prod:\n    jdbc_url: jdbc:postgresql://db/etl\n    schema: etl\n",
+    )
+
+    with pytest.raises(
+        ConfigurationError, match=r"Engine\.Name is 'SQLite', but the jdbc_url is a PostgreSQL URL"
+    ):
+        load_engine_profile(config)

@@ -52,7 +52,7 @@ NEVER_SHOWN = {
 }
 
 #: Cases whose message is about the .env secrets file rather than craft-connector.yml itself.
-DOTENV_ORIGIN = {"secrets-file-does-not-exist": "missing.env", "dotenv-line-without-equals": "secrets.env"}
+DOTENV_ORIGIN = {"secrets-file-does-not-exist": "missing.env"}
 
 PG_ENV = {"ENGINE_USER": "etl_user", "ENGINE_SECRET": SECRET_PLACEHOLDER}
 
@@ -160,7 +160,7 @@ CORPUS = [
     pytest.param(
         "Engine:\n  prod: jdbc:sqlite:x.db\n",
         {},
-        "Engine.prod is not a profile mapping",
+        "Engine has no profiles",
         id="engine-profile-not-a-mapping",
     ),
     pytest.param(
@@ -170,14 +170,14 @@ CORPUS = [
         id="unknown-key-in-profile",
     ),
     pytest.param(
-        pg(schema="[a, b]"), PG_ENV, "Engine.prod.schema must be a text value", id="setting-is-a-list"
+        pg(schema="[a, b]"), PG_ENV, "Engine.prod.schema must be a single value", id="setting-is-a-list"
     ),
     # --- profile selection -------------------------------------------------------------------------
     pytest.param(TWO_PROFILES, PG_ENV, "several (dev, prod)", id="several-profiles-none-selected"),
     pytest.param(
         "Secrets:\n  Profile: ETL_CRAFT_PROFILE\n" + TWO_PROFILES,
         PG_ENV,
-        "several (dev, prod)",
+        "Secrets.Profile selects profile 'ETL_CRAFT_PROFILE' (no variable ETL_CRAFT_PROFILE is set",
         id="several-profiles-selector-variable-unset",
     ),
     pytest.param(
@@ -354,18 +354,6 @@ CORPUS = [
         id="sqlite-auth-mode",
     ),
     pytest.param(
-        sqlite(user="ENGINE_USER"),
-        PG_ENV,
-        "Engine.dev.user has no meaning for a SQLite Engine DB",
-        id="sqlite-user",
-    ),
-    pytest.param(
-        sqlite(secret="ENGINE_SECRET"),
-        PG_ENV,
-        "Engine.dev.secret has no meaning for a SQLite Engine DB",
-        id="sqlite-secret",
-    ),
-    pytest.param(
         pg(auth_mode=None),
         PG_ENV,
         "Engine.prod.auth_mode is required for PostgreSQL",
@@ -395,12 +383,6 @@ CORPUS = [
         "Engine.prod.secret is required by auth_mode 'password'",
         id="password-mode-secret-missing",
     ),
-    pytest.param(
-        pg(client_id="etl-client"),
-        PG_ENV,
-        "Engine.prod.client_id not used by auth_mode 'password'",
-        id="password-mode-extra-client-id",
-    ),
     # --- secrets sources ---------------------------------------------------------------------------
     pytest.param(
         "Secrets:\n  Source_type: vault\n" + pg(),
@@ -412,15 +394,99 @@ CORPUS = [
     pytest.param(file_source("missing.env"), PG_ENV, "Secrets.Path", id="secrets-file-does-not-exist"),
     pytest.param(
         file_source("secrets.env"),
-        {"secrets.env": "# engine credentials\nENGINE_SECRET <SECRET>\n", "ENGINE_USER": "etl_user"},
-        "line 2 is not KEY=VALUE",
-        id="dotenv-line-without-equals",
-    ),
-    pytest.param(
-        file_source("secrets.env"),
         {"secrets.env": "ENGINE_USER=etl_user\n", **PG_ENV},
         "not set in the file secrets source",
         id="file-source-ignores-the-environment",
+    ),
+    pytest.param(
+        "Secrets:\n  Source_type: environment\n  Path: secrets.env\n" + pg(),
+        PG_ENV,
+        "Secrets.Path is used only with Source_type: file",
+        id="secrets-path-beside-environment-source",
+    ),
+    pytest.param(
+        "Secrets:\n  Source_type: SECRETS_SOURCE\n" + pg(),
+        {**PG_ENV, "SECRETS_SOURCE": "vault"},
+        "Secrets.Source_type is (the value of variable SECRETS_SOURCE)",
+        id="secrets-source-type-variable-unknown",
+    ),
+    pytest.param(
+        pg(),
+        {**PG_ENV, "ENGINE_SECRET": "  \t "},
+        "Engine.prod.secret names variable ENGINE_SECRET, which is set but empty",
+        id="secret-blank",
+    ),
+    pytest.param(
+        pg(secret="ENGINE_SECRET"),
+        {"ENGINE_USER": "etl_user", "ENGINE_SECRET": "<SECRET>", "ENGINE_PROD_SECRET": ""},
+        "Engine.prod.secret names variable ENGINE_PROD_SECRET, which is set but empty",
+        id="secret-twin-defined-empty-wins",
+    ),
+    pytest.param(
+        pg(auth_mode="sts", region="eu-west-1", secret="ENGINE_STS_SECRET"),
+        PG_ENV,
+        "Engine.prod.secret names variable ENGINE_STS_SECRET",
+        id="secret-beside-a-mode-without-one-must-still-be-set",
+    ),
+    # --- Name, section layout, merges ----------------------------------------------------------------
+    pytest.param(
+        "Engine:\n  Name: SQLite\n" + pg().removeprefix("Engine:\n"),
+        PG_ENV,
+        "Engine.Name is 'SQLite', but the jdbc_url is a PostgreSQL URL",
+        id="name-section-mismatch",
+    ),
+    pytest.param(
+        sqlite(Name="Postgres"),
+        {},
+        "Engine.dev.Name is 'Postgres', but the jdbc_url is a SQLite URL",
+        id="name-profile-mismatch",
+    ),
+    pytest.param(
+        "Engine:\n  Name: Postgres\n" + sqlite(Name="MySQL").removeprefix("Engine:\n"),
+        {},
+        "Engine.dev.Name is 'MySQL', but the jdbc_url is a SQLite URL",
+        id="name-profile-wins-and-unknown-name-mismatches",
+    ),
+    pytest.param(sqlite(Name="''"), {}, "Engine.dev.Name must be a non-empty text value", id="name-empty"),
+    pytest.param(
+        sqlite(Name="[SQLite]"), {}, "Engine.dev.Name must be a non-empty text value", id="name-list"
+    ),
+    pytest.param(
+        "Engine:\n  schema: shared\n" + sqlite().removeprefix("Engine:\n"),
+        {},
+        "unknown key(s) in Engine: schema",
+        id="engine-section-setting-the-profile-lacks",
+    ),
+    pytest.param(
+        "Engine:\n  Email: {host: x}\n" + sqlite().removeprefix("Engine:\n"),
+        {},
+        "unknown key(s) in Engine: Email",
+        id="engine-email-mapping-is-not-a-profile",
+    ),
+    pytest.param(
+        pg() + "Secrets:\n  Source_type: environment\n",
+        PG_ENV,
+        "the sections are in the order Engine, Secrets",
+        id="sections-out-of-order",
+    ),
+    pytest.param(
+        "Engine:\n  dev: &d\n    jdbc_url: jdbc:sqlite:a.db\n  prod:\n    <<: *d\n    jdbc_url: jdbc:sqlite:b.db\n"
+        "  Profile: prod\n",
+        {},
+        "key 'jdbc_url' appears twice",
+        id="merge-override-is-a-duplicate",
+    ),
+    pytest.param(
+        sqlite().replace("dev", "only").replace("Engine:", "Secrets:\n  Profile: ETL_CRAFT_PROFILE\nEngine:"),
+        {},
+        "Secrets.Profile selects profile 'ETL_CRAFT_PROFILE'",
+        id="unset-selector-variable-with-one-profile",
+    ),
+    pytest.param(
+        pg(jdbc_url="JDBC:postgresql://db.internal:5432/etl_craft"),
+        PG_ENV,
+        "write the prefix jdbc: in lower case",
+        id="url-upper-case-jdbc-prefix-postgres",
     ),
 ]
 

@@ -76,7 +76,41 @@ def key_file_loop(tmp: Path) -> list[str]:
     return ["check", "--config", str(write(tmp, text))]
 
 
+TOO_LONG = "n" * 256  # one byte over NAME_MAX (255) on Linux file systems
+
+
+def sqlite_at(url: str) -> Callable[[Path], list[str]]:
+    return lambda tmp: ["init-db", "--config", str(write(tmp, SQLITE.format(url=url)))]
+
+
+def sqlite_under_a_file(tmp: Path) -> list[str]:
+    (tmp / "plain-file").write_text("not a folder")
+    return sqlite_at("jdbc:sqlite:plain-file/engine.db")(tmp)
+
+
+def key_file_at(path: str) -> Callable[[Path], list[str]]:
+    def make(tmp: Path) -> list[str]:
+        (tmp / "keys").mkdir()
+        text = (
+            "Engine:\n  t:\n    jdbc_url: jdbc:postgresql://127.0.0.1:9/x\n    schema: s\n    user: u\n"
+            f"    auth_mode: key_file\n    key_file: {path}\n"
+        )
+        return ["check", "--config", str(write(tmp, text))]
+
+    return make
+
+
 CASES = [
+    pytest.param(sqlite_at(f"jdbc:sqlite:{TOO_LONG}.db"), 3, "Engine.t.jdbc_url: ",
+                 "a name in it is longer than the file system allows", id="sqlite-name-too-long"),
+    pytest.param(sqlite_at(f"jdbc:sqlite:{TOO_LONG}/engine.db"), 3, "Engine.t.jdbc_url: ",
+                 "a name in it is longer than the file system allows", id="sqlite-folder-name-too-long"),
+    pytest.param(sqlite_under_a_file, 3, "Engine.t.jdbc_url: ", "a part of it that should be a folder is a file",
+                 id="sqlite-under-a-file"),
+    pytest.param(lambda t: secrets(t, f"{TOO_LONG}/.env"), 1, "Secrets.Path: ",
+                 "a name in it is longer than the file system allows", id="secrets-path-too-long"),
+    pytest.param(key_file_at(f"keys/{TOO_LONG}/client.key"), 1, "Engine.t.key_file",
+                 "a name in it is longer than the file system allows", id="key-file-too-long"),
     pytest.param(config_loop, 1, "the given config path: ", "is a loop of symbolic links", id="config-symlink-loop"),
     pytest.param(config_not_utf8, 1, "craft-connector.yml", "is not UTF-8 text (line 3)", id="config-not-utf8"),
     pytest.param(sqlite_loop, 3, "Engine.t.jdbc_url: ", "is a loop of symbolic links", id="sqlite-symlink-loop"),
@@ -85,7 +119,7 @@ CASES = [
                  id="secrets-path-symlink-loop"),
     pytest.param(lambda t: secrets(t, '"a\\0b"'), 1, "Secrets.Path: ", "contains a NUL byte", id="secrets-path-nul"),
     pytest.param(lambda t: secrets(t, "."), 1, "Secrets.Path", "is a directory, not a file", id="secrets-path-dir"),
-    pytest.param(lambda t: secrets(t, ".env", b"PW=ab\x00cd\n"), 1, ".env: line 1: the value of PW",
+    pytest.param(lambda t: secrets(t, ".env", b"PW=ab\x00cd\n"), 1, "Engine.t.secret names variable PW",
                  "contains a NUL byte", id="dotenv-secret-nul"),
     pytest.param(lambda t: secrets(t, ".env", b"PW=caf\xe9\n"), 1, "Secrets.Path", "is not UTF-8 text (line 1)",
                  id="dotenv-not-utf8"),

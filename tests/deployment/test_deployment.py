@@ -45,7 +45,8 @@ def test_the_example_init_dag_prepares_a_fresh_engine_db(deployment: AirflowDepl
     (beside craft-connector.yml); triggered again it changes nothing. Runs before the daily-sales test, which
     uses the same Engine DB (and migrates it itself, so it also passes on its own)."""
     engine = deployment.default
-    assert engine.setup.hook().test_connection()[1].endswith("no Engine tables yet: run init-db")
+    ok, message = engine.setup.hook().test_connection()
+    assert not ok and "holds no Engine tables yet; create them with `etl-craft-airflow init-db`" in message
     dag_id = "example_etl_craft_init"
     deployment.write_dag(dag_id, (EXAMPLES / f"{dag_id}.py").read_text())
     deployment.wait_parsed(dag_id)
@@ -68,7 +69,8 @@ def test_the_example_init_dag_prepares_a_fresh_engine_db(deployment: AirflowDepl
     first, second = results
     assert first["created"] is True and first["applied"] == ["PROJECT 0001_example_pipeline.sql"], first
     assert second == {"created": False, "version": first["version"], "applied": []}
-    assert engine.setup.hook().test_connection()[1].endswith("the Engine tables exist")
+    ok, message = engine.setup.hook().test_connection()
+    assert ok and message.endswith("the Engine tables exist"), message
     assert engine.rows(
         "SELECT t.TASK_CODE FROM CFG_TASKS t JOIN CFG_PIPELINES p ON p.PIPELINE_ID = t.PIPELINE_ID "
         "WHERE p.PIPELINE_CODE = 'DAILY_SALES' ORDER BY t.TASK_CODE"

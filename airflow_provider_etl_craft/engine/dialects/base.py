@@ -63,6 +63,15 @@ class EngineDialect(ABC, Generic[ConnT]):
         schema. SQLite: its one schema, ``main``, is the only one there is; PostgreSQL sets it per transaction."""
         return self.connect()
 
+    def login(self, create: bool = False) -> ConnT:
+        """:meth:`connect` without checking that the profile's schema exists: ``check`` reports the login and
+        the schema as two findings. Same errors as :meth:`connect` otherwise."""
+        return self.connect(create)
+
+    def require_schema(self, conn: ConnT) -> None:
+        """:raises ConfigurationError: the profile's schema does not exist (PostgreSQL; SQLite has none)."""
+        return None
+
     #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
     begin_statement: ClassVar[str] = "BEGIN"
     # -- single-statement forms of run-lifecycle writes ---------------------------------------------------

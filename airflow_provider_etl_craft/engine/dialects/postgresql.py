@@ -138,20 +138,30 @@ class PostgresDialect(EngineDialect[PgConnection]):
             raise self._connect_error(exc)[0] from None
 
     def connect(self, create: bool = False) -> PgConnection:  # a server database is never created here
+        conn = self.login()
+        try:
+            self.require_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def login(self, create: bool = False) -> PgConnection:
         conn = self._open(self._driver_module())
         conn.autocommit = True
+        return conn
+
+    def require_schema(self, conn: PgConnection) -> None:
         with conn.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.profile.schema,))
             found = cur.fetchone()
         if found is None:
-            conn.close()
             raise ConfigurationError(
                 f'schema "{self.profile.schema}" ({self.profile.setting("schema")}) does not exist in database '
                 f'"{self.target.database}" on {self.target.host}:{self.target.port}; the provider never creates '
                 f"schemas: ask an administrator to run CREATE SCHEMA {self.profile.schema}; and grant your role "
                 "CREATE on it"
             )
-        return conn
 
     def connect_for_sql(self) -> PgConnection:
         """A connection whose cursors put the Engine schema first in every transaction they open, never on the

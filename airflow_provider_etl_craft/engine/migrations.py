@@ -11,6 +11,7 @@ import sqlparse
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
+from airflow_provider_etl_craft.engine.migration_checks import check_rows
 from airflow_provider_etl_craft.engine.schema import (
     DEFAULT_LOCK_TIMEOUT,
     SCHEMA_VERSION,
@@ -212,6 +213,10 @@ def _apply(
         with dialect.schema_transaction(conn, lock=MIGRATE_LOCK, lock_timeout=lock_timeout) as cur:
             if item not in pending_migrations(dialect, conn, files, cur):
                 return False
+            if item.source == "ENGINE":
+                check_rows(
+                    dialect, cur, item.version
+                )  # rows breaking a rule it adds: listed, nothing changed
             dialect.execute_script(cur, item.text)
             cur.execute(
                 dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"),

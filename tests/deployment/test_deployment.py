@@ -116,7 +116,14 @@ def check_example_run(deployment: AirflowDeployment, dag_id: str, run_id: str, r
         "daily_sales.finish": "success",
     }
     (run,) = [r for r in engine.runs("DAILY_SALES") if r["RUN_KEY"] == f"airflow:{dag_id}:{run_id}"]
-    assert (run["STATUS"], run["RUN_DATE"], run["TRIGGER_KIND"]) == ("SUCCESS", run_date, "ORCHESTRATOR")
+    stored_date = engine.setup.hook().engine.from_db_date(
+        run["RUN_DATE"]
+    )  # a DATE: the UTC date (ENGINE 0004)
+    assert (run["STATUS"], stored_date, run["TRIGGER_KIND"]) == (
+        "SUCCESS",
+        run_date.astimezone(UTC).date(),
+        "ORCHESTRATOR",
+    )
     day = run_date.strftime("%Y-%m-%d")
     with sqlite3.connect(deployment.warehouse) as db:
         ((raw,),) = db.execute("SELECT COUNT(*) FROM raw_orders WHERE order_date = ?", (day,)).fetchall()

@@ -224,6 +224,7 @@ def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
         ("ENGINE", "0001_schema"),
         ("ENGINE", "0002_map_index.sql"),
         ("ENGINE", "0003_claim_finish_functions.sql"),
+        ("ENGINE", "0004_cfg_semantics.sql"),
     ]
 
 

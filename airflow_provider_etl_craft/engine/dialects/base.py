@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor, Row
@@ -171,6 +171,17 @@ class EngineDialect(ABC, Generic[ConnT]):
     @abstractmethod
     def from_db_time(self, value: Any) -> datetime | None:
         """A stored timestamp back as an aware UTC datetime (None stays None)."""
+
+    def to_db_date(self, value: datetime) -> Any:
+        """The UTC calendar date of a timezone-aware datetime, as this database stores a DATE (``RUN_DATE``):
+        ISO text ``YYYY-MM-DD`` here (a SQLite TEXT column checked with ``date()``)."""
+        return value.astimezone(UTC).date().isoformat()
+
+    def from_db_date(self, value: Any) -> date | None:
+        """A stored DATE back as a date (None stays None); drivers return a date or ISO text."""
+        if value is None or (isinstance(value, date) and not isinstance(value, datetime)):
+            return value
+        return date.fromisoformat(str(value))
 
     @abstractmethod
     def integrity_error(self) -> type[Exception]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
@@ -66,6 +66,9 @@ class PostgresDialect(EngineDialect[PgConnection]):
 
     def from_db_time(self, value: Any) -> datetime | None:
         return None if value is None else value.astimezone(UTC)
+
+    def to_db_date(self, value: datetime) -> date:
+        return value.astimezone(UTC).date()
 
     def integrity_error(self) -> type[Exception]:
         return self._driver_module().IntegrityError

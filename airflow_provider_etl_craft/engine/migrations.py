@@ -126,18 +126,24 @@ def migration_files(dialect_name: str, project_dir: Path | None) -> list[Migrati
 
 
 def pending_migrations(
-    dialect: EngineDialect, conn: Connection, files: list[MigrationFile], cur: Cursor | None = None
+    dialect: EngineDialect,
+    conn: Connection,
+    files: list[MigrationFile],
+    cur: Cursor | None = None,
+    sources: frozenset[str] = frozenset({"ENGINE", "PROJECT"}),
 ) -> list[MigrationFile]:
     """Files not yet in the ledger, after checking the ledger against the files.
 
     :param cur: read the ledger inside this cursor's transaction instead of on ``conn``.
+    :param sources: the ledger sources to judge; a reader that knows no PROJECT folder (an inline Airflow
+        connection's Test button) judges ENGINE alone, since it cannot tell an applied file from a removed one.
     :raises MigrationError: a ledgered file was edited or removed, or a new file sorts before an applied one.
     """
     read = "SELECT SOURCE, VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS"
     ledger = {
         (src, ver): digest
         for src, ver, digest in (dialect.rows(cur, read) if cur is not None else dialect.query(conn, read))
-        if not (src == "ENGINE" and ver == SCHEMA_VERSION)
+        if src in sources and not (src == "ENGINE" and ver == SCHEMA_VERSION)
     }
     by_key = {(f.source, f.version): f for f in files}
     problems = []

@@ -85,9 +85,13 @@ class Claim(Transition):
         """
         try:
             refuse_invalid(self.engine, self.conn, pipeline_code)
-        except self.engine.database_error():
-            require_current(self.engine, self.conn)
-            raise
+            return
+        except self.engine.database_error() as exc:
+            failed = exc
+        # Outside the handler, so a schema verdict does not carry the driver's error as its context (a
+        # traceback of "relation … does not exist" in the task log for what is a "run init-db" message).
+        require_current(self.engine, self.conn)
+        raise failed
 
     def _at_once(
         self, pipeline_code: str, identity: RunIdentity, task_codes: Collection[str] | None

@@ -56,7 +56,7 @@ def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[
         migration_files,
         pending_migrations,
     )
-    from airflow_provider_etl_craft.engine.schema import Verdict, check_schema
+    from airflow_provider_etl_craft.engine.schema import SCHEMA_VERSION, Verdict, check_schema
 
     with _stage("config"):
         profile = hook.engine_profile
@@ -80,9 +80,13 @@ def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[
             line("FAIL", f"tables: {problem}")
             return problem.exit_code
         line(" OK ", f"tables: all {len(state.present)} Engine tables present")
+        if state.shared and SCHEMA_VERSION not in state.applied:
+            line("WARN", "tables: made by etl-craft, not adopted yet; run `init-db` or `migrate` to adopt it")
+            return 0
         with _stage("migrations"):
             project_dir = find_migrations_dir(args.migrations_dir, profile.base_dir)
-            pending = pending_migrations(engine, conn, migration_files(engine.name, project_dir))
+            files = migration_files(engine.name, project_dir, state.shared)
+            pending = pending_migrations(engine, conn, files, shared=state.shared)
     if pending:
         line(
             "WARN",

@@ -8,8 +8,7 @@ import json
 import math
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,73 +37,20 @@ def _migrate(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _check(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
-    """Each stage prints one line; the first failing stage prints ``[FAIL]`` and its error ends the run."""
+    """Every check of the Engine setup, one line each, then the summary; exit 1 when any check failed."""
+    from airflow_provider_etl_craft.engine import doctor
 
-    def line(status: str, what: str) -> None:
-        print(f"[{status}] {what}", file=out)
-
-    try:
-        return _check_stages(hook, args, line)
-    except EtlCraftError as exc:
-        line("FAIL", f"{getattr(exc, 'check_stage', 'check')}: {exc}")
-        raise
-
-
-def _check_stages(hook: EngineDBHook, args: argparse.Namespace, line: Callable[[str, str], None]) -> int:
-    from airflow_provider_etl_craft.engine.migrations import (
-        find_migrations_dir,
-        migration_files,
-        pending_migrations,
+    checks = doctor.run_checks(
+        getattr(args, "config", None), getattr(args, "profile", None), args.migrations_dir
     )
-    from airflow_provider_etl_craft.engine.schema import SCHEMA_VERSION, Verdict, check_schema
-
-    with _stage("config"):
-        profile = hook.engine_profile
-    line(" OK ", f"config: {profile.describe()}")
-    for key in profile.secrets:
-        line(" OK ", f"secret: {profile.setting(key)} resolved (value not shown)")
-    engine = hook.engine
-    with _stage("connection"):
-        conn = hook.engine.connect()
-    with closing(conn):
-        line(" OK ", f"connection: {engine.describe()}")
-        with _stage("schema"):
-            state = check_schema(engine, conn)
-        line(" OK ", f"schema: {profile.schema}")
-        if state.verdict is Verdict.EMPTY:
-            line("WARN", "tables: no Engine tables yet; run `etl-craft-airflow init-db`")
-            return 0
-        if state.verdict is Verdict.PARTIAL:
-            problem = state.problem()
-            assert problem is not None  # a partial schema always has one
-            line("FAIL", f"tables: {problem}")
-            return problem.exit_code
-        line(" OK ", f"tables: all {len(state.present)} Engine tables present")
-        if state.shared and SCHEMA_VERSION not in state.applied:
-            line("WARN", "tables: made by etl-craft, not adopted yet; run `init-db` or `migrate` to adopt it")
-            return 0
-        with _stage("migrations"):
-            project_dir = find_migrations_dir(args.migrations_dir, profile.base_dir)
-            files = migration_files(engine.name, project_dir, state.shared)
-            pending = pending_migrations(engine, conn, files, shared=state.shared)
-    if pending:
-        line(
-            "WARN",
-            f"migrations: {len(pending)} pending ({', '.join(p.label for p in pending)}); run `migrate`",
-        )
+    shown = [doctor.Check(c.name, c.status, commands.masked(c.message)) for c in checks]
+    if args.format == "json":
+        _print_json({"checks": [c.as_dict() for c in shown], "summary": doctor.summary(shown)}, out)
     else:
-        line(" OK ", "migrations: none pending")
-    return 0
-
-
-@contextmanager
-def _stage(name: str) -> Iterator[None]:
-    """Tag an error with the check stage it happened in, for the ``[FAIL] <stage>:`` line."""
-    try:
-        yield
-    except EtlCraftError as exc:
-        exc.check_stage = name  # type: ignore[attr-defined]
-        raise
+        for check in shown:
+            print(_printable(f"[{check.status.value:<4}] {check.name}: {check.message}"), file=out)
+        print(doctor.summary_line(shown), file=out)
+    return doctor.exit_status(shown)
 
 
 # -- status and history ------------------------------------------------------------------------------
@@ -292,7 +238,11 @@ def _resume(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
 COMMANDS: dict[str, tuple[Command, str]] = {
     "init-db": (_init_db, "create the Engine tables (safe to repeat: an up-to-date Engine DB is left alone)"),
     "migrate": (_migrate, "init-db if needed, then apply packaged and project migrations in file-name order"),
-    "check": (_check, "check settings, secrets, connection, schema, tables and pending migrations"),
+    "check": (
+        _check,
+        "check the file, profile, each setting, secret, auth mode, connection, schema, tables and migrations; "
+        "report every problem, exit 1 if any check failed",
+    ),
     "pipelines": (_pipelines, "list every pipeline with its open pause and newest run"),
     "status": (
         _status,
@@ -467,6 +417,13 @@ def build_parser() -> argparse.ArgumentParser:
                 default=300.0,
                 metavar="SECONDS",
                 help="how long to wait for the migrate lock (default 300)",
+            )
+        if name == "check":
+            cmd.add_argument(
+                "--format",
+                choices=("text", "json"),
+                default="text",
+                help="text: one [OK  ]/[WARN]/[FAIL] line per check and a summary (default); json: one document",
             )
         if name in ("migrate", "check"):
             cmd.add_argument(

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_etl_craft.auth import AUTH_MODES, NO_AUTH, AuthMode
-from airflow_provider_etl_craft.config.load import NAME_KEY, PROFILE_KEYS, load_connector_file, refuse_unknown
+from airflow_provider_etl_craft.auth import AUTH_KEYS, AUTH_MODES, NO_AUTH, AuthMode
+from airflow_provider_etl_craft.config.load import (
+    NAME_KEY,
+    PROFILE_KEYS,
+    ConnectorFile,
+    load_connector_file,
+    refuse_unknown,
+)
 from airflow_provider_etl_craft.config.locate import locate_config
-from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, beside_config, build_source
+from airflow_provider_etl_craft.config.secrets import (
+    LOOKS_LIKE_A_VARIABLE,
+    Resolver,
+    SecretsSource,
+    beside_config,
+    build_source,
+)
 from airflow_provider_etl_craft.engine.url import (
     POSTGRES_PREFIX,
     SQLITE_PREFIX,
@@ -33,8 +44,6 @@ DEFAULT_SQLITE_SCHEMA = "main"
 ENGINE_NAMES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 ENGINE_DISPLAY = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
 URL_DIALECTS = {SQLITE_PREFIX: "sqlite", POSTGRES_PREFIX: "postgresql"}
-#: Text that reads like a variable name: an unset variable shows up this way.
-_LOOKS_LIKE_A_VARIABLE = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -79,36 +88,37 @@ def load_engine_profile(config_path: str | Path | None = None, profile: str | No
     connector = load_connector_file(path)
     source = build_source(connector.secrets, connector.base_dir, path)
     name = select_profile(connector.profiles, connector.engine, connector.secrets, source, profile, str(path))
+    refuse_unknown_keys(connector, name)
+    return active_profile(connector, name, source).profile(name)
+
+
+def refuse_unknown_keys(connector: ConnectorFile, name: str) -> None:
+    """Refuse a key the active profile, or the Engine section, may not hold.
+
+    Only the active profile is checked: another environment's profile may hold what this one does not. A section
+    setting that the active profile sets too is overridden there; any other but ``Name`` is unknown.
+
+    :raises ConfigurationError: naming the unknown keys and where they are.
+    """
+    block = connector.profiles[name]
+    refuse_unknown(connector.path, f"Engine.{name}", block, PROFILE_KEYS | {NAME_KEY})
+    section_only = {k: v for k, v in connector.settings.items() if k not in block}
+    refuse_unknown(connector.path, "Engine", section_only, frozenset({NAME_KEY}))
+
+
+def active_profile(connector: ConnectorFile, name: str, source: SecretsSource) -> ProfileSettings:
+    """The steps of the active profile of ``connector``, with its ``Name`` (the profile's, else the section's)."""
     block = connector.profiles[name]
     prefix = f"Engine.{name}"
-    # Only the active profile is checked: another environment's profile may hold what this one does not.
-    refuse_unknown(path, prefix, block, PROFILE_KEYS | {NAME_KEY})
-    # A section setting that the active profile sets too is overridden there; any other but Name is unknown.
-    section_only = {k: v for k, v in connector.settings.items() if k not in block}
-    refuse_unknown(path, "Engine", section_only, frozenset({NAME_KEY}))
-    resolver = Resolver(source, name, str(path))
-    declared = f"{prefix}.{NAME_KEY}" if NAME_KEY in block else f"Engine.{NAME_KEY}"
-    written_name = block.get(NAME_KEY, connector.settings.get(NAME_KEY))
-    settings = {k: v for k, v in block.items() if k != NAME_KEY}
-    # As etl-craft: Name is checked once the jdbc_url names an engine, before the login settings are.
-    url = resolver.value(f"{prefix}.jdbc_url", settings.get("jdbc_url"), "jdbc_url") or ""
-    dialect = next((d for prefix_, d in URL_DIALECTS.items() if url.lower().startswith(prefix_)), None)
-    if dialect:
-        _check_name(resolver, declared, written_name, dialect, str(path))
-    return build_profile(name, settings, resolver, str(path), prefix, connector.base_dir)
-
-
-def _check_name(resolver: Resolver, setting: str, raw: object, dialect: str, origin: str) -> None:
-    """``Name`` (Postgres, PostgreSQL or SQLite in any case, or a variable holding one) must match the jdbc_url."""
-    written = resolver.text(setting, raw, NAME_KEY)
-    if written is None:
-        return
-    if ENGINE_NAMES.get(written.lower()) != dialect:
-        raise ConfigurationError(
-            f"{origin}: {setting} is {Resolver.display(raw, written)}, but the jdbc_url is a "
-            f"{ENGINE_DISPLAY[dialect]} URL; write Name: {ENGINE_DISPLAY[dialect]} (in any case: "
-            f"{', '.join(ENGINE_NAMES)}), or remove Name"
-        )
+    return ProfileSettings(
+        settings={k: v for k, v in block.items() if k != NAME_KEY},
+        resolver=Resolver(source, name, str(connector.path)),
+        origin=str(connector.path),
+        prefix=prefix,
+        base_dir=connector.base_dir,
+        name_setting=f"{prefix}.{NAME_KEY}" if NAME_KEY in block else f"Engine.{NAME_KEY}",
+        written_name=block.get(NAME_KEY, connector.settings.get(NAME_KEY)),
+    )
 
 
 def select_profile(
@@ -118,13 +128,17 @@ def select_profile(
     source: SecretsSource,
     explicit: str | None,
     origin: str,
+    plain: Resolver | None = None,
 ) -> str:
     """Choose the active profile: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one.
 
     ``Engine.Profile`` and ``Secrets.Profile`` are text or the name of a variable; a name no variable defines
     is used as written, so an unset ``ETL_CRAFT_PROFILE`` selects a profile of that name (and fails naming it).
+
+    :param plain: the resolver of the selectors (its ``sources`` then say where each selector's value came from).
     """
-    plain = Resolver(source, None, origin)
+    if plain is None:
+        plain = Resolver(source, None, origin)
     # Both are read (and so checked) even when the first decides, as etl-craft reads them.
     by_secrets = plain.text("Secrets.Profile", secrets.get("Profile"))
     by_engine = plain.text("Engine.Profile", engine.get("Profile"))
@@ -157,7 +171,7 @@ def _via(written: object, resolved: str) -> str:
     # Profile names are not secrets: show the name, and the variable it came from.
     if not isinstance(written, str) or written.strip() != resolved:
         return f" (from variable {written})"
-    if _LOOKS_LIKE_A_VARIABLE.fullmatch(resolved):
+    if LOOKS_LIKE_A_VARIABLE.fullmatch(resolved):
         return f" (no variable {resolved} is set, so the text itself was used)"
     return ""
 
@@ -178,85 +192,161 @@ def build_profile(
 
     :param secret_values: secrets given directly (an inline Airflow connection's password) instead of
         variable names to look up.
+    :raises ConfigurationError: the first setting that is wrong.
+    """
+    return ProfileSettings(settings, resolver, origin, prefix, base_dir, secret_values or {}).profile(name)
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """One profile's settings, resolved and checked one step at a time, each step raising for its setting.
+
+    :meth:`profile` runs the steps in order and stops at the first error (the order every command reads them in);
+    the doctor (``engine/doctor.py``) runs each on its own, so ``check`` reports every wrong setting at once.
     """
 
-    def setting(key: str) -> str:
-        return f"{prefix}.{key}"
+    settings: Mapping[str, Any]
+    resolver: Resolver
+    origin: str
+    prefix: str
+    base_dir: Path | None
+    secret_values: Mapping[str, str] = field(default_factory=dict)
+    #: Where ``Name`` is written (``Engine.Name`` or ``Engine.<profile>.Name``) and its text; None: no Name.
+    name_setting: str | None = None
+    written_name: object = None
 
-    def value(key: str) -> str | None:
-        return resolver.value(setting(key), settings.get(key), key)
+    def setting(self, key: str) -> str:
+        return f"{self.prefix}.{key}"
 
-    url = value("jdbc_url")
-    if not url:
-        raise ConfigurationError(
-            f"{origin}: {setting('jdbc_url')} is required, e.g. jdbc:sqlite:engine/etl-craft.db"
-        )
-    target = parse_jdbc_url(url, f"{origin}: {setting('jdbc_url')}", base_dir)
-    schema_raw = value("schema")
-    auth_raw = value("auth_mode")
-    common = partial(
-        EngineProfile, name=name, origin=origin, setting_prefix=prefix, target=target, base_dir=base_dir
-    )
-    if isinstance(target, SqliteTarget):
-        return _sqlite_profile(common, settings, schema_raw, auth_raw, origin, setting)
-    assert isinstance(target, PostgresTarget)
-    schema = _schema(schema_raw, origin, setting("schema"))
-    mode = _auth_mode(
-        auth_raw, Resolver.display(settings.get("auth_mode"), auth_raw), origin, setting("auth_mode")
-    )
-    stray = sorted(k for k in (secret_values or {}) if k not in mode.secret_keys)
-    if stray:
-        raise ConfigurationError(
-            f"{origin}: auth_mode '{mode.name}' takes no stored secret, but a password is set; clear the password "
-            f"field (the mode's credentials come from {', '.join(mode.keys)})"
-        )
-    if settings.get("secret") is not None and "secret" not in mode.keys:
-        resolver.secret(setting("secret"), settings["secret"])  # checked as etl-craft checks it, then unused
-    secrets: dict[str, str] = {}
-    fields: dict[str, str] = {}
-    for key in mode.keys:
-        given = (secret_values or {}).get(key)
+    def _value(self, key: str) -> str | None:
+        return self.resolver.value(self.setting(key), self.settings.get(key), key)
+
+    def profile(self, name: str) -> EngineProfile:
+        """Every step in order: the resolved profile, or the first setting's error."""
+        self.engine_name()
+        target = self.target()
+        # Both values are read before either is checked; SQLite checks auth_mode first, PostgreSQL the schema.
+        self._value("schema")
+        self._value("auth_mode")
+        if isinstance(target, SqliteTarget):
+            mode = self.auth_mode(target)
+            schema = self.schema(target)
+        else:
+            schema = self.schema(target)
+            mode = self.auth_mode(target)
+        self.unused_secret(target, mode)
+        secrets: dict[str, str] = {}
+        fields: dict[str, str] = {}
+        for key in mode.keys:
+            value = self.key(mode, key)
+            if value is not None:
+                (secrets if key in mode.secret_keys else fields)[key] = value
+        user = fields.pop("user", None)
+        return EngineProfile(
+            name=name, origin=self.origin, setting_prefix=self.prefix, target=target, base_dir=self.base_dir,
+            schema=schema, auth=mode, user=user, fields=fields, secrets=secrets,
+        )  # fmt: skip
+
+    def engine_name(self) -> str | None:
+        """``Name`` (Postgres, PostgreSQL or SQLite in any case, or a variable holding one) must match the jdbc_url.
+
+        As etl-craft: checked once the jdbc_url names an engine, before the login settings are.
+
+        :returns: the engine the jdbc_url names, that ``Name`` was checked against; None when no ``Name`` is
+            written or the jdbc_url names no engine (nothing to check it against).
+        """
+        url = self._value("jdbc_url") or ""
+        dialect = next((d for prefix, d in URL_DIALECTS.items() if url.lower().startswith(prefix)), None)
+        if dialect is None or self.name_setting is None:
+            return None
+        written = self.resolver.text(self.name_setting, self.written_name, NAME_KEY)
+        if written is None:
+            return None
+        if ENGINE_NAMES.get(written.lower()) != dialect:
+            raise ConfigurationError(
+                f"{self.origin}: {self.name_setting} is {Resolver.display(self.written_name, written)}, but the "
+                f"jdbc_url is a {ENGINE_DISPLAY[dialect]} URL; write Name: {ENGINE_DISPLAY[dialect]} (in any "
+                f"case: {', '.join(ENGINE_NAMES)}), or remove Name"
+            )
+        return dialect
+
+    def target(self) -> Target:
+        """``jdbc_url``: the database."""
+        url = self._value("jdbc_url")
+        if not url:
+            raise ConfigurationError(
+                f"{self.origin}: {self.setting('jdbc_url')} is required, e.g. jdbc:sqlite:engine/etl-craft.db"
+            )
+        return parse_jdbc_url(url, f"{self.origin}: {self.setting('jdbc_url')}", self.base_dir)
+
+    def schema(self, target: Target) -> str:
+        """``schema``: required on PostgreSQL (folded to lower case); ``main`` when absent on SQLite."""
+        raw = self._value("schema")
+        if isinstance(target, PostgresTarget):
+            return _schema(raw, self.origin, self.setting("schema"))
+        schema = raw or DEFAULT_SQLITE_SCHEMA
+        if not IDENTIFIER.fullmatch(schema):
+            raise ConfigurationError(
+                f"{self.origin}: {self.setting('schema')} must be a plain identifier (conventionally 'main')"
+            )
+        return schema
+
+    def auth_mode(self, target: Target) -> AuthMode:
+        """``auth_mode``: one of the PostgreSQL modes; absent, empty or ``none`` on SQLite."""
+        written = self.settings.get("auth_mode")
+        raw = self._value("auth_mode")
+        if isinstance(target, PostgresTarget):
+            return _auth_mode(raw, Resolver.display(written, raw), self.origin, self.setting("auth_mode"))
+        if raw and raw != "none":  # absent or empty: none, the only mode SQLite has
+            raise ConfigurationError(
+                f"{self.origin}: {self.setting('auth_mode')} is {Resolver.display(written, raw)}, but SQLite "
+                "takes no auth_mode; remove it (or write 'none')"
+            )
+        return NO_AUTH
+
+    def ignored_keys(self, mode: AuthMode) -> list[str]:
+        """The settings written that the auth mode does not use (SQLite uses none): ignored, as etl-craft does."""
+        return [
+            self.setting(k)
+            for k in sorted(AUTH_KEYS)
+            if self.settings.get(k) is not None and k not in mode.keys
+        ]
+
+    def unused_secret(self, target: Target, mode: AuthMode) -> None:
+        """A secret the PostgreSQL auth mode does not take: a password given for it (an inline connection) is
+        refused, and a written ``secret`` must still name a set variable, as etl-craft checks it."""
+        if not isinstance(target, PostgresTarget):
+            return  # SQLite reads no login setting at all
+        if any(k not in mode.secret_keys for k in self.secret_values):
+            raise ConfigurationError(
+                f"{self.origin}: auth_mode '{mode.name}' takes no stored secret, but a password is set; clear the "
+                f"password field (the mode's credentials come from {', '.join(mode.keys)})"
+            )
+        if self.settings.get("secret") is not None and "secret" not in mode.keys:
+            self.resolver.secret(self.setting("secret"), self.settings["secret"])  # checked, then unused
+
+    def key(self, mode: AuthMode, key: str) -> str | None:
+        """One key of the auth mode: a secret from its variable, a path beside the file, or a plain value.
+
+        :returns: None for an optional key that is not set (or set empty).
+        """
         if key in mode.secret_keys:
+            given = self.secret_values.get(key)
             if given:
-                secrets[key] = given
-            elif settings.get(key) is not None:
-                secrets[key] = resolver.secret(setting(key), settings[key], key)
-            elif key in mode.required_keys:
-                raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
-            continue
-        found = value(key)
-        if not found:
-            if key in mode.required_keys:
-                raise ConfigurationError(f"{origin}: {setting(key)} is required by auth_mode '{mode.name}'")
-            continue
-        if key in mode.path_keys:
-            found = str(beside_config(found, base_dir or Path.cwd()))
-        fields[key] = found
-    user = fields.pop("user", None)
-    return common(schema=schema, auth=mode, user=user, fields=fields, secrets=secrets)
-
-
-def _sqlite_profile(
-    common: Callable[..., EngineProfile],
-    settings: Mapping[str, Any],
-    schema_raw: str | None,
-    auth_raw: str | None,
-    origin: str,
-    setting: Callable[[str], str],
-) -> EngineProfile:
-    if auth_raw and auth_raw != "none":  # absent or empty: none, the only mode SQLite has
-        raise ConfigurationError(
-            f"{origin}: {setting('auth_mode')} is {Resolver.display(settings.get('auth_mode'), auth_raw)}, but SQLite "
-            "takes no auth_mode; remove it "
-            "(or write 'none')"
-        )
-    # user, secret and the modes' keys mean nothing to SQLite: etl-craft ignores them unread, and so does this.
-    schema = schema_raw or DEFAULT_SQLITE_SCHEMA
-    if not IDENTIFIER.fullmatch(schema):
-        raise ConfigurationError(
-            f"{origin}: {setting('schema')} must be a plain identifier (conventionally 'main')"
-        )
-    return common(schema=schema, auth=NO_AUTH)
+                return given
+            if self.settings.get(key) is not None:
+                return self.resolver.secret(self.setting(key), self.settings[key], key)
+        else:
+            found = self._value(key)
+            if found:
+                return (
+                    str(beside_config(found, self.base_dir or Path.cwd())) if key in mode.path_keys else found
+                )
+        if key in mode.required_keys:
+            raise ConfigurationError(
+                f"{self.origin}: {self.setting(key)} is required by auth_mode '{mode.name}'"
+            )
+        return None
 
 
 def _schema(raw: str | None, origin: str, setting: str) -> str:

@@ -18,6 +18,9 @@ from airflow_provider_etl_craft.paths import checked_path, read_text
 
 VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONVENTIONAL_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+#: How a missing variable shows when its name is used as written: upper case with an underscore
+#: (``ENGINE_USER``), unlike an ordinary value (``dev``, ``password``, ``etl_craft``). etl-craft warns on the same.
+LOOKS_LIKE_A_VARIABLE = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]+$")
 SOURCE_TYPES = ("environment", "file", "airflow")
 #: ``Secrets.Source_type`` when the file names none (etl-craft requires it; the provider assumes the environment).
 DEFAULT_SOURCE_TYPE = "environment"
@@ -32,6 +35,8 @@ class SecretsSource:
     kind: str
     lookup: Callable[[str], str | None]
     names: Callable[[], Iterable[str]] = field(default=lambda: ())
+    #: The ``.env`` file read (``file`` sources only), for reports.
+    location: Path | None = None
 
     def get(self, name: str) -> str | None:
         """The variable's value; ``None`` when it is not defined (a defined empty variable is ``""``)."""
@@ -46,7 +51,7 @@ def environment_source() -> SecretsSource:
 def dotenv_source(path: Path) -> SecretsSource:
     """Variables from a ``.env`` file, read once."""
     values = parse_dotenv(path)
-    return SecretsSource("file", values.get, values.keys)
+    return SecretsSource("file", values.get, values.keys, path)
 
 
 def airflow_source() -> SecretsSource:
@@ -147,23 +152,46 @@ def twin_name(variable: str, profile: str, field_name: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class SettingSource:
+    """Where one setting's value came from: ``variable`` (the name whose value was used), or the text as written.
+
+    ``twin`` is the profile twin looked up first (None when the setting has none); ``variable`` is the twin when
+    the twin was the one defined.
+    """
+
+    setting: str
+    written: str
+    variable: str | None = None
+    twin: str | None = None
+
+    @property
+    def looks_like_a_missing_variable(self) -> bool:
+        """Used as written, although the text reads like the name of a variable that is not set."""
+        return self.variable is None and bool(LOOKS_LIKE_A_VARIABLE.fullmatch(self.written))
+
+
 class Resolver:
     """Turns setting texts into values: a defined variable (its profile twin first) replaces the text.
+
+    ``sources`` records, per setting, which variable gave its value (the twin when that was the one defined) or
+    that its text was used as written: a text naming a variable that is not set falls back to itself, which is
+    how a missing variable shows.
 
     :param profile: the active profile, for twins; ``None`` where a setting has none (``Secrets``, ``Profile``).
     """
 
     def __init__(self, source: SecretsSource, profile: str | None, origin: str) -> None:
         self.source, self.profile, self.origin = source, profile, origin
+        self.sources: dict[str, SettingSource] = {}
 
     def _lookup(self, written: str, field_name: str | None) -> tuple[str, str | None]:
         """The variable ``written`` selects (its twin when that is defined) and its value (``None``: undefined)."""
-        if self.profile and field_name:
-            twin = twin_name(written, self.profile, field_name)
-            if twin is not None:
-                found = self.source.get(twin)
-                if found is not None:
-                    return twin, found
+        twin = self._twin(written, field_name)
+        if twin is not None:
+            found = self.source.get(twin)
+            if found is not None:
+                return twin, found
         return written, self.source.get(written)
 
     def value(self, setting: str, raw: object, field_name: str | None = None) -> str | None:
@@ -179,6 +207,7 @@ class Resolver:
                 f"{self.origin}: {setting} must be a single value, not a list or mapping"
             )
         if not isinstance(raw, str):
+            self.sources[setting] = SettingSource(setting, str(raw))
             return str(raw)
         written = raw.strip()
         if VARIABLE_NAME.fullmatch(written):
@@ -189,7 +218,9 @@ class Resolver:
                         f"{self.origin}: {setting} names variable {self._shown(name)}, whose value contains a NUL "
                         "byte; fix the value"
                     )
+                self.sources[setting] = SettingSource(setting, written, name, self._twin(written, field_name))
                 return found.strip()
+        self.sources[setting] = SettingSource(setting, written, None, self._twin(written, field_name))
         return written
 
     def text(self, setting: str, raw: object, field_name: str | None = None) -> str | None:
@@ -221,7 +252,7 @@ class Resolver:
                     f"source (the name is not shown: it is not UPPER_CASE and may be a pasted secret); "
                     f"write the name of the variable that holds the secret"
                 )
-            twin = twin_name(written, self.profile, field_name) if self.profile else None
+            twin = self._twin(written, field_name)
             names = f"{written} (or its profile twin {twin})" if twin and twin != written else written
             raise ConfigurationError(
                 f"{self.origin}: {setting} names variable {names}, which is not set in the {self.source.kind} "
@@ -238,7 +269,14 @@ class Resolver:
                 "which no login accepts; fix the value"
             )
         _compat.mask_secret(found)
+        self.sources[setting] = SettingSource(setting, written, name, self._twin(written, field_name))
         return found
+
+    def _twin(self, written: str, field_name: str | None) -> str | None:
+        """The profile twin looked up before ``written`` (None: no active profile, no field, or no twin)."""
+        if not (self.profile and field_name and VARIABLE_NAME.fullmatch(written)):
+            return None
+        return twin_name(written, self.profile, field_name)
 
     @staticmethod
     def display(written: object, resolved: str | None) -> str:

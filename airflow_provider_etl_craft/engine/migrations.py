@@ -12,6 +12,7 @@ from airflow_provider_etl_craft.engine.actor import acting_as
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
+from airflow_provider_etl_craft.engine.migration_checks import check_rows
 from airflow_provider_etl_craft.engine.schema import (
     DEFAULT_LOCK_TIMEOUT,
     SCHEMA_VERSION,
@@ -241,6 +242,8 @@ def _apply(
         ):
             if item not in pending_migrations(dialect, conn, files, cur, shared):
                 return False
+            if item.source == "ENGINE":
+                check_rows(dialect, cur, item.version)  # rows breaking a rule it adds: listed, nothing changed
             if shared and item.source == "ENGINE":
                 apply_adoption_step(dialect, cur, item.version, item.text)
                 finish_adoption_steps(dialect, cur)

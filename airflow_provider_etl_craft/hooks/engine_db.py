@@ -18,8 +18,6 @@ from airflow_provider_etl_craft.engine.migrations import MigrateResult, find_mig
 from airflow_provider_etl_craft.engine.schema import (
     DEFAULT_LOCK_TIMEOUT,
     InitResult,
-    Verdict,
-    check_schema,
     init_db,
 )
 from airflow_provider_etl_craft.engine.url import PostgresTarget
@@ -182,27 +180,22 @@ class EngineDBHook(DbApiHook):
 
     # common-sql's sql.pyi declares -> None, while its own test_connection returns (status, message) too.
     def test_connection(self) -> tuple[bool, str]:  # type: ignore[override]
-        """Connect, check the schema, and report the Engine schema's verdict (Airflow's Test button).
+        """Airflow's Test button: the Engine DB checks of ``etl-craft-airflow check`` on this connection.
 
-        An empty schema or pending ENGINE migrations pass (the message names the command to run next); a
-        partial schema fails, as it does everywhere else.
+        It passes when none of them fails (connection, schema, tables, migrations), so an empty Engine DB or a
+        pending migration fails here as in ``check``; the message is the first failed check's.
         """
+        from airflow_provider_etl_craft.engine.doctor import Status, engine_db_checks
+
         try:
-            with self.engine.classified(), closing(self.engine.connect()) as conn:
-                state = check_schema(self.engine, conn)
-        except EtlCraftError as exc:
+            checks = engine_db_checks(self.engine)
+        except EtlCraftError as exc:  # the profile itself (settings, secret)
             return False, str(exc)
-        verdict = state.verdict
-        if verdict is Verdict.CURRENT:
-            return True, f"Connected to {state.where}; the Engine tables exist"
-        if verdict is Verdict.EMPTY:
-            return True, f"Connected to {state.where}; no Engine tables yet: run init-db"
-        if verdict is Verdict.PENDING:
-            return (
-                True,
-                f"Connected to {state.where}; ENGINE migration {', '.join(state.pending)} pending: run migrate",
-            )
-        return False, str(state.problem())
+        failed = next((c for c in checks if c.status is Status.FAIL), None)
+        if failed is not None:
+            return False, failed.message
+        where = f"{self.engine.describe()} schema {self.engine_profile.schema}"
+        return True, f"Connected to {where}; no migration pending; the Engine tables exist"
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:

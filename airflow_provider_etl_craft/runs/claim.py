@@ -97,6 +97,7 @@ class Claim(Transition):
         FULL (nothing written, the schema is current) leaves the case to the transaction; None (nothing
         written) leaves the schema check to it too."""
         versions, tables = current_marks(self.engine.name)
+        # ETL_CRAFT_CLAIM takes the logical date as a timestamp and stores its UTC date (ENGINE 0004).
         run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
         return self.engine.claim_at_once(
             self.conn,
@@ -197,7 +198,7 @@ class Claim(Transition):
     ) -> int:
         """Insert the keyed run IN-PROGRESS, or already ended (SKIPPED) with ``ended_by`` (actor, kind)."""
         now_db = self.now()[1]
-        run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
+        run_date = None if identity.run_date is None else self.engine.to_db_date(identity.run_date)
         end, by, kind = (now_db, *ended_by) if status != "IN-PROGRESS" and ended_by else (None, None, None)
         run_id = self.returning(
             cur,

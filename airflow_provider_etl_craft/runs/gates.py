@@ -301,7 +301,9 @@ class Gates:
         consumed = self._rows(cur, _LAST_CONSUMED[edge.kind], (edge.dependency_id,))
         if not consumed:
             return None
-        c_run, c_rev = int(consumed[0][0]), int(consumed[0][1] or 0)
+        # Revisions are compared within one run only (a run's first is 1, or 0 for runs recorded before ENGINE
+        # 0004); a row without one (the provider always writes it) is taken as that run at its current revision.
+        c_run, c_rev = int(consumed[0][0]), revision if consumed[0][1] is None else int(consumed[0][1])
         if run_id > c_run or (run_id == c_run and edge.consume_repairs and revision > c_rev):
             return None
         repairs = "" if edge.consume_repairs else ", repairs not consumed (CONSUME_REPAIRS='N')"

@@ -20,7 +20,8 @@ class RunIdentity:
     """One Airflow DAG run as the Engine DB sees it.
 
     ``run_key`` and ``actor`` are both ``airflow:<dag_id>:<run_id>``; ``run_date`` is the logical date, or
-    ``run_after`` for runs without one (Airflow 3 allows ``logical_date=None``).
+    ``run_after`` for runs without one (Airflow 3 allows ``logical_date=None``). ``RUN_DATE`` stores its UTC
+    calendar date (a DATE, as in etl-craft; docs/etl-craft-parity.md).
     """
 
     dag_id: str

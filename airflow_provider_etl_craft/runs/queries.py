@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from airflow_provider_etl_craft.engine.dbapi import Connection
@@ -165,7 +165,7 @@ class LatestRun:
     pipeline_run_id: int
     status: str
     run_key: str | None
-    run_date: datetime | None
+    run_date: date | None
     start_date: datetime | None
     end_date: datetime | None
     sla_status: str | None
@@ -191,7 +191,7 @@ class RunInfo:
     pipeline_run_id: int
     status: str
     run_key: str | None
-    run_date: datetime | None
+    run_date: date | None
     start_date: datetime | None
     end_date: datetime | None
     sla_status: str | None
@@ -240,7 +240,8 @@ def iso_utc(value: datetime) -> str:
 
 
 def as_json(value: Any) -> Any:
-    """Dataclasses as dicts (field order kept), tuples as lists, datetimes as :func:`iso_utc` text."""
+    """Dataclasses as dicts (field order kept), tuples as lists, datetimes as :func:`iso_utc` text, dates as
+    ``YYYY-MM-DD``."""
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: as_json(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, list | tuple):
@@ -249,6 +250,8 @@ def as_json(value: Any) -> Any:
         return {k: as_json(v) for k, v in value.items()}
     if isinstance(value, datetime):
         return iso_utc(value)
+    if isinstance(value, date):
+        return value.isoformat()
     return value
 
 
@@ -299,7 +302,9 @@ class RunQueries:
         t = self.engine.from_db_time
         pauses = {int(row[0]): Pause.from_db(self.engine, row[1:]) for row in self._rows(Pause.ALL_OPEN)}
         latest = {
-            row[0]: LatestRun(int(row[1]), row[2], row[3], t(row[4]), t(row[5]), t(row[6]), row[7])
+            row[0]: LatestRun(
+                int(row[1]), row[2], row[3], self.engine.from_db_date(row[4]), t(row[5]), t(row[6]), row[7]
+            )
             for row in self._rows(_LATEST_RUNS)
         }
         chosen: dict[str, Pipeline] = {}
@@ -347,7 +352,16 @@ class RunQueries:
         for row in rows:
             run_id, status, key, run_date, start, end, sla, revision, trigger, backfill = row[:10]
             run = RunInfo(
-                int(run_id), status, key, t(run_date), t(start), t(end), sla, int(revision), trigger, backfill
+                int(run_id),
+                status,
+                key,
+                self.engine.from_db_date(run_date),
+                t(start),
+                t(end),
+                sla,
+                int(revision),
+                trigger,
+                backfill,
             )
             found.append((Pipeline.from_db(row[10:]), run))
         by_code: dict[str, list[int]] = {}

@@ -45,7 +45,8 @@ def test_the_example_init_dag_prepares_a_fresh_engine_db(deployment: AirflowDepl
     (beside craft-connector.yml); triggered again it changes nothing. Runs before the daily-sales test, which
     uses the same Engine DB (and migrates it itself, so it also passes on its own)."""
     engine = deployment.default
-    assert engine.setup.hook().test_connection()[1].endswith("no Engine tables yet: run init-db")
+    ok, message = engine.setup.hook().test_connection()
+    assert not ok and "holds no Engine tables yet; create them with `etl-craft-airflow init-db`" in message
     dag_id = "example_etl_craft_init"
     deployment.write_dag(dag_id, (EXAMPLES / f"{dag_id}.py").read_text())
     deployment.wait_parsed(dag_id)
@@ -68,7 +69,8 @@ def test_the_example_init_dag_prepares_a_fresh_engine_db(deployment: AirflowDepl
     first, second = results
     assert first["created"] is True and first["applied"] == ["PROJECT 0001_example_pipeline.sql"], first
     assert second == {"created": False, "version": first["version"], "applied": []}
-    assert engine.setup.hook().test_connection()[1].endswith("the Engine tables exist")
+    ok, message = engine.setup.hook().test_connection()
+    assert ok and message.endswith("the Engine tables exist"), message
     assert engine.rows(
         "SELECT t.TASK_CODE FROM CFG_TASKS t JOIN CFG_PIPELINES p ON p.PIPELINE_ID = t.PIPELINE_ID "
         "WHERE p.PIPELINE_CODE = 'DAILY_SALES' ORDER BY t.TASK_CODE"
@@ -114,7 +116,14 @@ def check_example_run(deployment: AirflowDeployment, dag_id: str, run_id: str, r
         "daily_sales.finish": "success",
     }
     (run,) = [r for r in engine.runs("DAILY_SALES") if r["RUN_KEY"] == f"airflow:{dag_id}:{run_id}"]
-    assert (run["STATUS"], run["RUN_DATE"], run["TRIGGER_KIND"]) == ("SUCCESS", run_date, "ORCHESTRATOR")
+    stored_date = engine.setup.hook().engine.from_db_date(
+        run["RUN_DATE"]
+    )  # a DATE: the UTC date (ENGINE 0004)
+    assert (run["STATUS"], stored_date, run["TRIGGER_KIND"]) == (
+        "SUCCESS",
+        run_date.astimezone(UTC).date(),
+        "ORCHESTRATOR",
+    )
     day = run_date.strftime("%Y-%m-%d")
     with sqlite3.connect(deployment.warehouse) as db:
         ((raw,),) = db.execute("SELECT COUNT(*) FROM raw_orders WHERE order_date = ?", (day,)).fetchall()

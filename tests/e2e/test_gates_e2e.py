@@ -290,7 +290,7 @@ def test_a_claim_waits_for_an_in_progress_upstream_without_a_worker_slot_then_ru
     [(down_run, status, _)] = gates.runs("DOWN_E2E")
     assert status == "SUCCESS"
     assert gates.rows("SELECT CONSUMED_PIPELINE_RUN_ID, CONSUMED_REVISION FROM AUD_DEPENDENCY_CONSUMPTION WHERE "
-                      "PIPELINE_RUN_ID = ?", down_run) == [(up_run, 0)]  # fmt: skip
+                      "PIPELINE_RUN_ID = ?", down_run) == [(up_run, 1)]  # fmt: skip
 
 
 @pytest.mark.parametrize("engine", ["sqlite"], indirect=True)

@@ -108,7 +108,7 @@ def test_success_path_records_one_run_with_every_task_and_attempt(pipeline: Pipe
     key = f"airflow:{dag.dag_id}:{run.run_id}"
     [(run_id, status, run_key, trigger, started_kind, repair, revision)] = pipeline.runs()
     assert (status, run_key, trigger, started_kind, repair, revision) == ("SUCCESS", key, "ORCHESTRATOR",
-                                                                          "ORCHESTRATOR", "N", 0)  # fmt: skip
+                                                                          "ORCHESTRATOR", "N", 1)  # fmt: skip
     # While the DAG ran, exactly one IN-PROGRESS run existed: this one.
     seen = json.loads((pipeline.probes / (run.run_id.replace(":", "_") + ".json")).read_text())
     assert seen == [[key, "IN-PROGRESS"]]
@@ -192,7 +192,7 @@ def test_clearing_an_ended_dag_run_reopens_the_same_engine_run(pipeline: Pipelin
     assert run.state == "success"
     assert pipeline_dags.clear_and_rerun(dag, run.run_id) == "success"
     [(run_id, status, _, _, _, repair, revision)] = pipeline.runs()
-    assert (status, repair, revision) == ("SUCCESS", "N", 1)
+    assert (status, repair, revision) == ("SUCCESS", "N", 2)
     assert pipeline.interventions() == [(run_id, "REOPEN", "SUCCESS", "IN-PROGRESS", "ORCHESTRATOR")]
     assert pipeline.attempts(run_id, "PREPARE") == [(1, "SUCCESS"), (2, "SUCCESS")]  # try 2 after the clear
     assert pipeline.task_runs(run_id)["PREPARE"][:2] == ("SUCCESS", 2)
@@ -208,7 +208,7 @@ def test_a_dag_run_created_again_under_its_run_id_reopens_and_continues_numberin
     second = run_dag_test(dag, logical_date=when, run_after=when)
     assert first.run_id == second.run_id and second.state == "success"
     [(run_id, status, _, _, _, repair, revision)] = pipeline.runs()
-    assert (status, repair, revision) == ("SUCCESS", "N", 1)
+    assert (status, repair, revision) == ("SUCCESS", "N", 2)
     assert [i[1] for i in pipeline.interventions()] == ["REOPEN"]
     assert pipeline.attempts(run_id, "PREPARE") == [(1, "SUCCESS"), (2, "SUCCESS")]
     (note,) = pipeline.rows("SELECT a.TASK_LOG FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID "

@@ -333,8 +333,13 @@ def test_cli_check_passes_for_a_key_file_profile_without_printing_the_secret(
     assert status == 0, printed
     assert err.getvalue() == ""
     assert "[FAIL]" not in printed
-    assert f"[ OK ] secret: Engine.{PROFILE}.secret resolved (value not shown)" in printed
-    assert "[ OK ] connection:" in printed and "[ OK ] tables: all" in printed
+    assert (
+        f"[OK  ] Engine DB secret: Engine.{PROFILE}.secret resolved from ETL_AUTH_TEST_KEY_PASSPHRASE "
+        "(value not shown)\n" in printed
+    )
+    assert "[OK  ] Engine DB auth: auth_mode key_file, verified" in printed
+    assert "[OK  ] Engine DB connection:" in printed and "[OK  ] Engine DB tables: all" in printed
+    assert printed.endswith(" 0 warning(s), 0 failed\n")
     assert passphrase not in printed
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +287,7 @@ SCENARIO: list[tuple[str, str | None, Step]] = [
     ("finish r1: SUCCESS, SLA MET", ONE, finish("SALES", "r1", ALL_SUCCESS)),
     ("finish r1 again: ended already", ONE, finish("SALES", "r1", ALL_SUCCESS)),
     ("claim r1 again: reopened", FULL, claim("SALES", "r1")),
-    ("finish the repair: revision 1, SLA kept", ONE, finish("SALES", "r1", ALL_SUCCESS)),
+    ("finish the repair: revision 2, SLA kept", ONE, finish("SALES", "r1", ALL_SUCCESS)),
     ("claim r3", ONE, claim("SALES", "r3")),
     ("tasks of r3: LOAD fails", None, tasks("SALES", "r3", {"EXTRACT": "SUCCESS", "LOAD": "FAILED", "NOTIFY": "SUCCESS"})),
     ("finish r3: FAILED", ONE, finish("SALES", "r3", {**ALL_SUCCESS, "LOAD": "failed"})),
@@ -394,7 +394,7 @@ def test_claims_and_finishes_write_the_same_rows_in_one_call_as_in_their_transac
     rows = fast.dump()
     revision = [r for r in rows["AUD_PIPELINES_RUN_LOG"] if r["RUN_KEY"] == "airflow:sales_dag:r1"]
     assert [(r["OUTPUT_REVISION"], r["SLA_STATUS"], r["REPAIR_PENDING"]) for r in revision] == [
-        (1, "MET", "N")
+        (2, "MET", "N")
     ]
     assert [r["CONSUMED_PIPELINE_RUN_ID"] for r in rows["AUD_DEPENDENCY_CONSUMPTION"]] == [
         next(
@@ -465,6 +465,32 @@ def test_a_one_call_transition_records_a_time_after_its_lock_wait(fast: Side) ->
     assert (finished.status, finished.sla_status) == ("SUCCESS", "MET")
     (end,) = engine_rows(fast.hook, "SELECT END_DATE FROM AUD_PIPELINES_RUN_LOG")[0]
     assert released <= end <= datetime.now(UTC)
+
+
+@pytest.fixture
+def los_angeles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions opened after this run in America/Los_Angeles (libpq sends PGTZ as the session's TimeZone)."""
+    monkeypatch.setenv("PGTZ", "America/Los_Angeles")
+
+
+@pytest.mark.postgres
+def test_both_forms_store_the_utc_date_of_the_run_date_whatever_the_session_time_zone(
+    los_angeles: None, fast: Side, full: Side
+) -> None:
+    """RUN_DATE is a DATE (ENGINE 0004): the UTC date of the logical date. 03:00 UTC on 1 March is still
+    28 February in Los Angeles, where a plain cast in the session's time zone would land."""
+    identity = ident("tz", run_date=datetime(2026, 3, 1, 3, 0, tzinfo=UTC))
+    for side in (fast, full):
+        with side.spy.raw.cursor() as cur:
+            cur.execute("SHOW TimeZone")
+            assert cur.fetchone()[0] == "America/Los_Angeles"
+        side.spy.take()
+        assert side.lc.claim("NO_SLA", identity).action == "CREATED"
+        assert called_at_once(side.spy.take()) == (side is fast)
+        [(run_date, revision)] = engine_rows(
+            side.hook, "SELECT RUN_DATE, OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG"
+        )
+        assert (type(run_date), run_date, revision) == (date, date(2026, 3, 1), 1)
 
 
 # -- psycopg 3 (auth_mode sso): one round trip as well -------------------------------------------------------
@@ -589,8 +615,13 @@ def test_an_engine_db_at_0002_is_migrated_to_0003_keeping_every_row(engine: Engi
     ledger = engine_rows(
         engine.hook(), "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE' ORDER BY 1"
     )
-    assert ledger == [(SCHEMA_VERSION,), ("0002_map_index.sql",), (FUNCTIONS_VERSION,)]
-    assert latest_version(engine.hook().engine.name) == FUNCTIONS_VERSION
+    assert ledger == [
+        (SCHEMA_VERSION,),
+        ("0002_map_index.sql",),
+        (FUNCTIONS_VERSION,),
+        ("0004_cfg_semantics.sql",),
+    ]
+    assert latest_version(engine.hook().engine.name) == "0004_cfg_semantics.sql"
     if postgres:
         schema = engine.hook().engine_profile.schema
         functions = engine_functions(engine)

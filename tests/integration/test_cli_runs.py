@@ -116,8 +116,8 @@ def expected_runs(runs: Runs) -> list[dict[str, Any]]:
     def run(run_id: int, n: int, status: str, sla: str | None, summary: dict[str, int],
             tasks: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
         return {"pipeline_run_id": run_id, "status": status, "run_key": f"airflow:sales_dag:r{n}",
-                "run_date": f"2026-07-0{n}T06:00:00.000Z", "start_date": "T",
-                "end_date": None if status == "IN-PROGRESS" else "T", "sla_status": sla, "output_revision": 0,
+                "run_date": f"2026-07-0{n}", "start_date": "T",
+                "end_date": None if status == "IN-PROGRESS" else "T", "sla_status": sla, "output_revision": 1,
                 "trigger_kind": "ORCHESTRATOR", "backfill": "N", "task_status_counts": summary, "task_runs": tasks,
                 "gate_decisions": [], "interventions": []}  # fmt: skip
 
@@ -203,10 +203,7 @@ def test_history_table_lists_runs_task_runs_and_attempts(engine: EngineSetup, ru
         (str(runs.failed), "FAILED", "MET", "2 SUCCESS, 1 FAILED, 1 SKIPPED"),
         (str(runs.ok), "SUCCESS", "MET", "3 SUCCESS, 1 SKIPPED"),
     ]
-    assert (
-        run_rows[2]["RUN_KEY"] == "airflow:sales_dag:r1"
-        and run_rows[2]["RUN_DATE"] == "2026-07-01T06:00:00.000Z"
-    )
+    assert run_rows[2]["RUN_KEY"] == "airflow:sales_dag:r1" and run_rows[2]["RUN_DATE"] == "2026-07-01"
     assert all(ISO_MS.match(r["START_DATE"]) for r in run_rows)
     tasks = {(r["PIPELINE_RUN_ID"], r["TASK_CODE"]): r for r in table(out, "task runs")}
     assert len(tasks) == 9
@@ -278,7 +275,7 @@ def test_a_pipeline_without_runs_says_so(engine: EngineSetup, runs: Runs) -> Non
     for command in ("status", "history"):
         status, out, err = cli(engine, command, "--pipeline", "IDLE")
         assert (status, err) == (0, "")
-        assert out.splitlines() == ["pipeline IDLE (no name): active (ACTIVE_FLAG=Y), SLA none",
+        assert out.splitlines() == ["pipeline IDLE (Idle): active (ACTIVE_FLAG=Y), SLA none",
                                     "no runs of pipeline IDLE yet"]  # fmt: skip
     assert cli_json(engine, "status", "--pipeline", "IDLE")["run"] is None
     assert cli_json(engine, "history", "--pipeline", "IDLE")["runs"] == []
@@ -434,7 +431,7 @@ def test_pipelines_lists_every_code_with_pause_and_newest_run(engine: EngineSetu
     assert (found["OTHER"]["pause"]["paused_by"], found["OTHER"]["pause"]["reason"]) == ("ann", "audit")
     assert found["OTHER"]["latest_run"] == {
         "pipeline_run_id": runs.other, "status": "SUCCESS", "run_key": "airflow:other_dag:o1",
-        "run_date": "2026-07-01T06:00:00.000Z", "start_date": found["OTHER"]["latest_run"]["start_date"],
+        "run_date": "2026-07-01", "start_date": found["OTHER"]["latest_run"]["start_date"],
         "end_date": found["OTHER"]["latest_run"]["end_date"], "sla_status": None}  # fmt: skip
     status, out, _ = cli(engine, "pipelines")
     assert status == 0

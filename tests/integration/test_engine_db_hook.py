@@ -91,8 +91,10 @@ def test_postgres_schema_without_usage_stops_check_test_connection_and_init_db(
     with pytest.raises(ConfigurationError, match=naming):
         hook.init_db()
     out, err = io.StringIO(), io.StringIO()
-    assert main(["check", "--config", str(config)], out, err) == 3
-    assert re.search(r"\[FAIL\] schema: .*" + naming, out.getvalue())
+    assert main(["check", "--config", str(config)], out, err) == 1
+    assert re.search(r"\[FAIL\] Engine DB schema: .*" + naming, out.getvalue())
+    assert "[OK  ] Engine DB connection:" in out.getvalue()
+    assert "[FAIL] Engine DB tables: not checked: needs Engine DB schema, which failed" in out.getvalue()
     admin = pg_database.cluster.admin_connect(pg_database.name)
     with closing(admin), admin.cursor() as cur:  # init-db created nothing anywhere
         cur.execute("SELECT count(*) FROM pg_tables WHERE schemaname IN ('public', 'no_usage')")
@@ -172,11 +174,20 @@ def test_test_connection_reports_whether_the_engine_tables_exist(engine: EngineS
     if engine.dialect == "sqlite":  # only init-db creates the file: before it there is nothing to open
         assert not ok and "does not exist on this machine" in message and "init-db" in message
         assert not hook.engine.path.exists()
-    else:
-        assert ok and "no Engine tables yet" in message
+    else:  # as `check` says: the Engine DB is reachable, but not ready for runs
+        assert not ok and "holds no Engine tables yet" in message and "init-db" in message
     hook.init_db()
     ok, message = hook.test_connection()
     assert ok and "the Engine tables exist" in message
+    folder = engine.config_path.parent / "migrations"  # project migrations beside craft-connector.yml
+    folder.mkdir()
+    (folder / "0001_a.sql").write_text("CREATE TABLE A1 (X INTEGER);\n", encoding="utf-8")
+    ok, message = engine.hook().test_connection()
+    assert not ok and message.startswith(
+        "1 pending: PROJECT 0001_a.sql; apply with `etl-craft-airflow migrate`"
+    )
+    status = main(["check", "--config", str(engine.config_path)], io.StringIO(), io.StringIO())
+    assert status == 1
 
 
 def test_dbapi_methods_work_on_the_engine_db(engine: EngineSetup) -> None:
@@ -213,6 +224,7 @@ def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
         ("ENGINE", "0001_schema"),
         ("ENGINE", "0002_map_index.sql"),
         ("ENGINE", "0003_claim_finish_functions.sql"),
+        ("ENGINE", "0004_cfg_semantics.sql"),
     ]
 
 

@@ -55,23 +55,27 @@ def _task(pipeline: str, code: str, condition: str | None = None, count: int | N
             f"WHERE PIPELINE_CODE = '{pipeline}';\n")  # fmt: skip
 
 
-def _pipeline_dep(down: str, up: str, kind: str, repairs: str = "N") -> str:
-    return (f"INSERT INTO CFG_PIPELINE_DEPENDENCY (PIPELINE_ID, DEPENDS_ON_PIPELINE_ID, DEPENDENCY_TYPE, "
-            f"CONSUME_REPAIRS, CREATED_BY) SELECT d.PIPELINE_ID, u.PIPELINE_ID, '{kind}', '{repairs}', 'test' "
+def _pipeline_dep(down: str, up: str, kind: str, repairs: str | None = "N") -> str:
+    """``repairs`` None leaves CONSUME_REPAIRS to its column default."""
+    column, value = ("", "") if repairs is None else (" CONSUME_REPAIRS,", f" '{repairs}',")
+    return (f"INSERT INTO CFG_PIPELINE_DEPENDENCY (PIPELINE_ID, DEPENDS_ON_PIPELINE_ID, DEPENDENCY_TYPE,{column} "
+            f"CREATED_BY) SELECT d.PIPELINE_ID, u.PIPELINE_ID, '{kind}',{value} 'test' "
             f"FROM CFG_PIPELINES d, CFG_PIPELINES u WHERE d.PIPELINE_CODE = '{down}' AND u.PIPELINE_CODE = '{up}';\n")  # fmt: skip
 
 
-def _task_dep(down: str, task: str, up: str, up_task: str, kind: str, repairs: str = "N") -> str:
+def _task_dep(down: str, task: str, up: str, up_task: str, kind: str, repairs: str | None = "N") -> str:
+    column, value = ("", "") if repairs is None else (" CONSUME_REPAIRS,", f" '{repairs}',")
     return (f"INSERT INTO CFG_TASK_DEPENDENCY (PIPELINE_ID, TASK_ID, DEPENDS_ON_PIPELINE_ID, DEPENDS_ON_TASK_ID, "
-            f"DEPENDENCY_TYPE, CONSUME_REPAIRS, CREATED_BY) SELECT t.PIPELINE_ID, t.TASK_ID, u.PIPELINE_ID, u.TASK_ID, "
-            f"'{kind}', '{repairs}', 'test' FROM CFG_TASKS t JOIN CFG_PIPELINES dp ON dp.PIPELINE_ID = t.PIPELINE_ID, "
+            f"DEPENDENCY_TYPE,{column} CREATED_BY) SELECT t.PIPELINE_ID, t.TASK_ID, u.PIPELINE_ID, u.TASK_ID, "
+            f"'{kind}',{value} 'test' FROM CFG_TASKS t JOIN CFG_PIPELINES dp ON dp.PIPELINE_ID = t.PIPELINE_ID, "
             f"CFG_TASKS u JOIN CFG_PIPELINES up ON up.PIPELINE_ID = u.PIPELINE_ID WHERE dp.PIPELINE_CODE = '{down}' "
             f"AND t.TASK_CODE = '{task}' AND up.PIPELINE_CODE = '{up}' AND u.TASK_CODE = '{up_task}';\n")  # fmt: skip
 
 
 def migration() -> str:
     """UP (task U1); P_<type> depend on UP; DOWN's tasks D_<type> depend on UP.U1; SAME's B_<type> on SAME.A;
-    REPAIRS depends on UP with CONSUME_REPAIRS='Y'; COND holds run conditions ANY / N=2 / ALL over X, Y, Z."""
+    REPAIRS depends on UP with CONSUME_REPAIRS='Y'; DEFAULTS (and TASK_DEFAULTS.X) on UP (.U1) with the default
+    CONSUME_REPAIRS; COND holds run conditions ANY / N=2 / ALL over X, Y, Z."""
     sql = _pipeline("UP") + _task("UP", "U1") + _pipeline("DOWN") + _pipeline("SAME") + _task("SAME", "A")
     for kind in TYPES:
         sql += _pipeline(f"P_{kind}") + _task(f"P_{kind}", "X") + _pipeline_dep(f"P_{kind}", "UP", kind)
@@ -79,6 +83,10 @@ def migration() -> str:
         sql += _task("SAME", f"B_{kind}") + _task_dep("SAME", f"B_{kind}", "SAME", "A", kind)
     sql += _pipeline("REPAIRS") + _task("REPAIRS", "X") + _pipeline_dep("REPAIRS", "UP", "SUCCESS", "Y")
     sql += _task("DOWN", "D_REPAIRS") + _task_dep("DOWN", "D_REPAIRS", "UP", "U1", "SUCCESS", "Y")
+    # Edges that leave CONSUME_REPAIRS to its default ('Y', as in etl-craft): a pipeline edge and a task edge.
+    sql += _pipeline("DEFAULTS") + _task("DEFAULTS", "X") + _pipeline_dep("DEFAULTS", "UP", "SUCCESS", None)
+    sql += _pipeline("TASK_DEFAULTS") + _task("TASK_DEFAULTS", "X")
+    sql += _task_dep("TASK_DEFAULTS", "X", "UP", "U1", "SUCCESS", None)
     sql += _pipeline("COND") + "".join(_task("COND", c) for c in ("X", "Y", "Z"))
     for code, condition, count in (("ANY_OF", "ANY", None), ("TWO_OF", "N", 2), ("ALL_OF", "ALL", None),
                                    ("DATA_OF", None, None)):  # fmt: skip
@@ -311,12 +319,12 @@ def test_has_data_reads_the_rows_the_upstream_task_wrote(db: Db) -> None:
 def test_yesterdays_success_does_not_count_until_a_newer_upstream_run_ends(db: Db) -> None:
     first = db.upstream("SUCCESS_ROWS")
     today = db.run_downstream_pipeline("P_SUCCESS", db.ident("p"))
-    assert db.consumed("P_SUCCESS") == [(today, first, 0, None, None)]
+    assert db.consumed("P_SUCCESS") == [(today, first, 1, None, None)]
     again = db.lc.claim("P_SUCCESS", db.ident("p"))
     assert again.action == "SKIPPED" and f"run {first}" in again.reason and "consumed already" in again.reason
     second = db.upstream("SUCCESS_ROWS")
     tomorrow = db.run_downstream_pipeline("P_SUCCESS", db.ident("p"))
-    assert db.consumed("P_SUCCESS") == [(today, first, 0, None, None), (tomorrow, second, 0, None, None)]
+    assert db.consumed("P_SUCCESS") == [(today, first, 1, None, None), (tomorrow, second, 1, None, None)]
 
 
 def test_a_repaired_upstream_run_satisfies_only_edges_that_consume_repairs(db: Db) -> None:
@@ -327,17 +335,43 @@ def test_a_repaired_upstream_run_satisfies_only_edges_that_consume_repairs(db: D
     db.run_downstream_pipeline("P_SUCCESS", db.ident("p"))
     up_run = db.consumed("P_SUCCESS")[0][1]
     db.run_downstream_pipeline("REPAIRS", db.ident("r"))
-    # The same upstream run, repaired (cleared in Airflow): its OUTPUT_REVISION goes up to 1.
+    # The same upstream run, repaired (cleared in Airflow): its OUTPUT_REVISION goes from 1 up to 2.
     assert db.lc.claim("UP", who).action == "REOPENED"
     db.lc.finish_task(db.lc.start_task("UP", "U1", who, 2), "SUCCESS", TaskCounts(rows_written=2))
     db.lc.finish_run("UP", who, {"U1": "success"})
     assert db.records(
         "SELECT OUTPUT_REVISION FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?", up_run
-    ) == [(1,)]
+    ) == [(2,)]
     skipped = db.lc.claim("P_SUCCESS", db.ident("p"))
     assert skipped.action == "SKIPPED" and "CONSUME_REPAIRS='N'" in skipped.reason
     repaired = db.run_downstream_pipeline("REPAIRS", db.ident("r"))
-    assert db.consumed("REPAIRS")[-1][:3] == (repaired, up_run, 1)
+    assert db.consumed("REPAIRS")[-1][:3] == (repaired, up_run, 2)
+
+
+def test_edges_inserted_without_consume_repairs_take_etl_crafts_default_and_consume_a_repair(db: Db) -> None:
+    assert db.records(
+        "SELECT d.CONSUME_REPAIRS FROM CFG_PIPELINE_DEPENDENCY d JOIN CFG_PIPELINES p ON p.PIPELINE_ID = d.PIPELINE_ID "
+        "WHERE p.PIPELINE_CODE = 'DEFAULTS' UNION ALL SELECT d.CONSUME_REPAIRS FROM CFG_TASK_DEPENDENCY d JOIN "
+        "CFG_PIPELINES p ON p.PIPELINE_ID = d.PIPELINE_ID WHERE p.PIPELINE_CODE = 'TASK_DEFAULTS'"
+    ) == [("Y",), ("Y",)]
+    who = db.ident("up_dag")
+    up_run = db.lc.claim("UP", who).pipeline_run_id
+    db.lc.finish_task(db.lc.start_task("UP", "U1", who, 1), "SUCCESS", TaskCounts(rows_written=2))
+    db.lc.finish_run("UP", who, {"U1": "success"})
+    first = db.run_downstream_pipeline("DEFAULTS", db.ident("d"))
+    task_run = db.run_downstream_pipeline("TASK_DEFAULTS", db.ident("t"))
+    assert db.consumed("DEFAULTS") == [(first, up_run, 1, None, None)]
+    assert [c[:3] for c in db.consumed("TASK_DEFAULTS")] == [(task_run, up_run, 1)]
+    # Nothing new upstream: both edges have consumed it already.
+    assert db.lc.claim("DEFAULTS", db.ident("d")).action == "SKIPPED"
+    # The upstream run is repaired (revision 2): both downstreams are triggered again by the same run.
+    assert db.lc.claim("UP", who).action == "REOPENED"
+    db.lc.finish_task(db.lc.start_task("UP", "U1", who, 2), "SUCCESS", TaskCounts(rows_written=2))
+    db.lc.finish_run("UP", who, {"U1": "success"})
+    again = db.run_downstream_pipeline("DEFAULTS", db.ident("d"))
+    task_again = db.run_downstream_pipeline("TASK_DEFAULTS", db.ident("t"))
+    assert db.consumed("DEFAULTS")[-1][:3] == (again, up_run, 2)
+    assert db.consumed("TASK_DEFAULTS")[-1][:3] == (task_again, up_run, 2)
 
 
 def test_a_failed_downstream_consumes_nothing_and_is_judged_again_against_the_same_run(db: Db) -> None:
@@ -346,7 +380,7 @@ def test_a_failed_downstream_consumes_nothing_and_is_judged_again_against_the_sa
     assert db.status(failed) == "FAILED" and db.consumed("P_SUCCESS") == []
     retried = db.run_downstream_pipeline("P_SUCCESS", db.ident("p"))
     assert db.decisions(retried)[0][1] == up_run and db.consumed("P_SUCCESS") == [
-        (retried, up_run, 0, None, None)
+        (retried, up_run, 1, None, None)
     ]
 
 
@@ -361,7 +395,7 @@ def test_a_task_edge_consumes_on_attempt_success_only(db: Db) -> None:
     assert db.consumed("DOWN") == []
     db.lc.finish_task(db.lc.start_task("DOWN", "D_SUCCESS", who, 2), "SUCCESS")  # judged again: the same run
     task_id = db.records("SELECT TASK_ID FROM CFG_TASKS WHERE TASK_CODE = 'D_SUCCESS'")[0][0]
-    assert db.consumed("DOWN") == [(run_id, up_run, 0, up_task_run, task_id)]
+    assert db.consumed("DOWN") == [(run_id, up_run, 1, up_task_run, task_id)]
     assert [d[3] for d in db.decisions(run_id)] == ["SATISFIED", "SATISFIED"]  # one decision per attempt
     # Consumed: the next run's task is not satisfied by the same upstream run.
     who2 = db.ident("down")

@@ -74,7 +74,7 @@ def test_a_partial_schema_gets_one_verdict_everywhere(engine: EngineSetup) -> No
     ok, message = engine.hook().test_connection()
     assert not ok and message == str(init.value)
     status, out, _ = cli(engine, "check")
-    assert status == 12 and f"[FAIL] tables: {init.value}" in out, out
+    assert status == 1 and f"[FAIL] Engine DB tables: {init.value}\n" in out, out
     status, _, err = cli(engine, "status", "--pipeline", "P")
     assert status == 12 and said in err, err
     identity = RunIdentity("d", "r")
@@ -207,15 +207,20 @@ def test_check_reports_pending_migrations(engine: EngineSetup, tmp_path: Path) -
     folder = write_migrations(tmp_path / "migs", {"0001_a.sql": "CREATE TABLE A1 (X INTEGER);\n"})
     status, out, err = cli(engine, "check", "--migrations-dir", str(folder))
     if engine.dialect == "sqlite":  # check never creates the file; init-db does
-        assert status == 12 and "does not exist on this machine" in out + err
+        assert (
+            status == 1 and "[FAIL] Engine DB connection: " in out and "does not exist on this machine" in out
+        )
+        assert not Path(engine.hook().engine_profile.target.path).exists()  # type: ignore[union-attr]
     else:
-        assert status == 0 and "[WARN] tables: no Engine tables yet" in out
+        assert status == 1 and "[FAIL] Engine DB tables: " in out and "holds no Engine tables yet" in out
+    assert "[FAIL] Engine DB migrations: not checked: needs Engine DB " in out, out
     engine.hook().init_db()
     status, out, _ = cli(engine, "check", "--migrations-dir", str(folder))
-    assert status == 0 and "[WARN] migrations: 1 pending (PROJECT 0001_a.sql)" in out
+    assert status == 1 and "[FAIL] Engine DB migrations: 1 pending: PROJECT 0001_a.sql; apply" in out, out
+    assert out.endswith(" 1 failed\n")
     engine.hook().migrate(folder)
     status, out, _ = cli(engine, "check", "--migrations-dir", str(folder))
-    assert "[ OK ] migrations: none pending" in out
+    assert status == 0 and "[OK  ] Engine DB migrations: none pending" in out and out.endswith(" 0 failed\n")
 
 
 PIPELINE_SQL = (

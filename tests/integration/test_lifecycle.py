@@ -11,7 +11,7 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -212,11 +212,11 @@ def test_claim_creates_one_in_progress_row_keyed_by_the_airflow_run(db: Db) -> N
     (row,) = db.runs()
     assert row["PIPELINE_RUN_ID"] == outcome.pipeline_run_id
     assert within(db, row.pop("START_DATE"), before, after)
-    assert db.t(row.pop("RUN_DATE")) == RUN_DATE
+    assert db.hook.engine.from_db_date(row.pop("RUN_DATE")) == RUN_DATE.date()  # a DATE: its UTC date
     assert row == {
         "PIPELINE_RUN_ID": outcome.pipeline_run_id, "PIPELINE_ID": db.pipeline_id("SALES"), "END_DATE": None,
         "STATUS": "IN-PROGRESS", "SLA_STATUS": None, "BACKFILL": "N", "RUN_KEY": key,
-        "TRIGGER_KIND": "ORCHESTRATOR", "OWNER_ID": key, "OUTPUT_REVISION": 0, "STARTED_BY": key,
+        "TRIGGER_KIND": "ORCHESTRATOR", "OWNER_ID": key, "OUTPUT_REVISION": 1, "STARTED_BY": key,
         "STARTED_BY_KIND": "ORCHESTRATOR", "ENDED_BY": None, "ENDED_BY_KIND": None, "REPAIR_PENDING": "N",
     }  # fmt: skip
     assert db.aud_counts() == (1, 0, 0, 0)
@@ -229,7 +229,7 @@ def test_claim_of_a_backfill_run_stores_backfill_y_and_the_run_date_in_utc(db: D
     )
     row = db.run(outcome.pipeline_run_id)
     assert (outcome.action, row["BACKFILL"], row["TRIGGER_KIND"]) == ("CREATED", "Y", "ORCHESTRATOR")
-    assert db.t(row["RUN_DATE"]) == datetime(2026, 1, 1, 4, 30, tzinfo=UTC)
+    assert db.hook.engine.from_db_date(row["RUN_DATE"]) == date(2026, 1, 1)  # the UTC date of 04:30Z
     assert row["RUN_KEY"] == "airflow:sales_dag:backfill__2025-12-31T23:30:00-05:00"
 
 
@@ -261,7 +261,7 @@ def test_a_claim_with_another_key_is_blocked_by_the_in_progress_run(db: Db) -> N
     assert blocking == RunRow(
         pipeline_run_id=first.pipeline_run_id, pipeline_id=db.pipeline_id("SALES"), status="IN-PROGRESS",
         run_key="airflow:sales_dag:run_a", start_date=db.t(stored["START_DATE"]), end_date=None,
-        repair_pending="N", output_revision=0,
+        repair_pending="N", output_revision=1,
     )  # fmt: skip
     assert f"run {first.pipeline_run_id} (airflow:sales_dag:run_a, IN-PROGRESS since " in blocking.describe()
     assert db.aud_counts() == (1, 0, 0, 0)
@@ -289,7 +289,7 @@ def test_a_claim_after_the_run_ended_reopens_the_same_row(db: Db, states: dict[s
         None,
         None,
     )
-    assert (row["REPAIR_PENDING"], row["OUTPUT_REVISION"], row["SLA_STATUS"]) == ("Y", 0, "MET")
+    assert (row["REPAIR_PENDING"], row["OUTPUT_REVISION"], row["SLA_STATUS"]) == ("Y", 1, "MET")
     (reopen,) = db.interventions()
     assert within(db, reopen.pop("REQUESTED_AT"), before, after)
     assert reopen == {
@@ -304,12 +304,12 @@ def test_a_claim_after_the_run_ended_reopens_the_same_row(db: Db, states: dict[s
     # LOAD was not run again: its FAILED row stands, and Airflow still says what it said.
     assert db.lc.finish_run("SALES", identity, states).status == ended
     row = db.run(run_id)
-    assert (row["STATUS"], row["OUTPUT_REVISION"], row["REPAIR_PENDING"]) == (ended, 1, "N")
+    assert (row["STATUS"], row["OUTPUT_REVISION"], row["REPAIR_PENDING"]) == (ended, 2, "N")
     assert row["ENDED_BY"] == identity.run_key and row["END_DATE"] is not None
-    # A second repair: revision 2, a second REOPEN intervention, still one run row.
+    # A second repair: revision 3, a second REOPEN intervention, still one run row.
     assert db.lc.claim("SALES", identity).action == "REOPENED"
     db.lc.finish_run("SALES", identity, states)
-    assert db.run(run_id)["OUTPUT_REVISION"] == 2
+    assert db.run(run_id)["OUTPUT_REVISION"] == 3
     assert [i["ACTION"] for i in db.interventions()] == ["REOPEN", "REOPEN"]
     assert len(db.runs()) == 1
 
@@ -632,7 +632,7 @@ def test_a_task_started_on_an_ended_run_reopens_it(db: Db) -> None:
     )
     assert outcome.status == "SUCCESS"
     row = db.run(run_id)
-    assert (row["STATUS"], row["OUTPUT_REVISION"], row["REPAIR_PENDING"]) == ("SUCCESS", 1, "N")
+    assert (row["STATUS"], row["OUTPUT_REVISION"], row["REPAIR_PENDING"]) == ("SUCCESS", 2, "N")
     assert len(db.runs()) == 1
 
 
@@ -690,7 +690,7 @@ def test_finish_run_records_tasks_airflow_never_ran(db: Db) -> None:
         run["ENDED_BY_KIND"],
         run["SLA_STATUS"],
         run["OUTPUT_REVISION"],
-    ) == ("SUCCESS", identity.run_key, "ORCHESTRATOR", "MET", 0)
+    ) == ("SUCCESS", identity.run_key, "ORCHESTRATOR", "MET", 1)
 
 
 def test_finish_run_records_a_task_failed_in_airflow_before_it_started(db: Db) -> None:
@@ -798,7 +798,7 @@ def test_sla_status_is_set_once_from_sla_in_hours(db: Db, pipeline: str, sla: st
     again = db.lc.finish_run(pipeline, identity, {"ONLY": "success"} if pipeline != "SALES" else ALL_SUCCESS)
     assert again.sla_status == sla
     row = db.run(run_id)
-    assert (row["SLA_STATUS"], row["OUTPUT_REVISION"]) == (sla, 1)
+    assert (row["SLA_STATUS"], row["OUTPUT_REVISION"]) == (sla, 2)
 
 
 def test_finishing_an_ended_run_changes_nothing(db: Db) -> None:

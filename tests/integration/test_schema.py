@@ -214,6 +214,8 @@ class Rows:
 
     def cfg_pipelines(self, **v: Any) -> int:
         v.setdefault("PIPELINE_CODE", self.code("PIPE"))
+        v.setdefault("PIPELINE_NAME", "Pipeline")
+        v.setdefault("REFRESH_TYPE", "FULL")
         return self.db.insert("CFG_PIPELINES", **v)
 
     def cfg_pipeline_dependency(self, **v: Any) -> int:
@@ -221,12 +223,15 @@ class Rows:
             v["PIPELINE_ID"] = self.cfg_pipelines()
         if "DEPENDS_ON_PIPELINE_ID" not in v:
             v["DEPENDS_ON_PIPELINE_ID"] = self.cfg_pipelines()
+        v.setdefault("DEPENDENCY_TYPE", "SUCCESS")
         return self.db.insert("CFG_PIPELINE_DEPENDENCY", **v)
 
     def cfg_tasks(self, **v: Any) -> int:
         if "PIPELINE_ID" not in v:
             v["PIPELINE_ID"] = self.cfg_pipelines()
         v.setdefault("TASK_CODE", self.code("TASK"))
+        v.setdefault("TASK_TYPE", "ETL")
+        v.setdefault("HANDLER", "PYTHON")
         return self.db.insert("CFG_TASKS", **v)
 
     def cfg_task_dependency(self, **v: Any) -> int:
@@ -237,6 +242,7 @@ class Rows:
         if "DEPENDS_ON_TASK_ID" not in v:
             upstream_pipeline = v.get("DEPENDS_ON_PIPELINE_ID") or v["PIPELINE_ID"]
             v["DEPENDS_ON_TASK_ID"] = self.cfg_tasks(PIPELINE_ID=upstream_pipeline)
+        v.setdefault("DEPENDENCY_TYPE", "SUCCESS")
         return self.db.insert("CFG_TASK_DEPENDENCY", **v)
 
     def cfg_task_parameters(self, **v: Any) -> int:
@@ -710,6 +716,95 @@ def test_foreign_keys_are_enforced(db: EngineDB, rows: Rows) -> None:
         rows.aud_task_attempts(TASK_RUN_ID=987654)
 
 
+# --------------------------------------------------------------------------- etl-craft's required columns and edges
+
+
+def full_row(rows: Rows, table: str) -> dict[str, Any]:
+    """Every required column of a valid CFG_ row, with its parents created (nothing left to a default)."""
+    if table == "CFG_PIPELINES":
+        return {"PIPELINE_CODE": rows.code("P"), "PIPELINE_NAME": "Sales", "REFRESH_TYPE": "FULL"}
+    if table == "CFG_TASKS":
+        return {
+            "PIPELINE_ID": rows.cfg_pipelines(),
+            "TASK_CODE": rows.code("T"),
+            "TASK_TYPE": "ETL",
+            "HANDLER": "SQL",
+        }
+    if table == "CFG_PIPELINE_DEPENDENCY":
+        return {
+            "PIPELINE_ID": rows.cfg_pipelines(),
+            "DEPENDS_ON_PIPELINE_ID": rows.cfg_pipelines(),
+            "DEPENDENCY_TYPE": "SUCCESS",
+        }
+    pipeline = rows.cfg_pipelines()
+    return {
+        "PIPELINE_ID": pipeline,
+        "TASK_ID": rows.cfg_tasks(PIPELINE_ID=pipeline),
+        "DEPENDS_ON_TASK_ID": rows.cfg_tasks(PIPELINE_ID=pipeline),
+        "DEPENDENCY_TYPE": "SUCCESS",
+    }
+
+
+REQUIRED = [
+    ("CFG_PIPELINES", "PIPELINE_NAME"),
+    ("CFG_PIPELINES", "REFRESH_TYPE"),
+    ("CFG_TASKS", "TASK_TYPE"),
+    ("CFG_TASKS", "HANDLER"),
+    ("CFG_PIPELINE_DEPENDENCY", "DEPENDENCY_TYPE"),
+    ("CFG_TASK_DEPENDENCY", "DEPENDENCY_TYPE"),
+]
+
+
+@pytest.mark.parametrize(("table", "column"), REQUIRED, ids=[f"{t}.{c}" for t, c in REQUIRED])
+def test_a_required_column_omitted_or_null_is_refused(
+    db: EngineDB, rows: Rows, table: str, column: str
+) -> None:
+    values = full_row(rows, table)
+    with pytest.raises(db.IntegrityError):
+        db.insert(table, **{k: v for k, v in values.items() if k != column})  # no default fills it
+    with pytest.raises(db.IntegrityError):
+        db.insert(table, **{**values, column: None})
+    db.insert(table, **values)
+
+
+EDGES = ["CFG_PIPELINE_DEPENDENCY", "CFG_TASK_DEPENDENCY"]
+
+
+@pytest.mark.parametrize("table", EDGES)
+def test_a_second_active_row_of_the_same_edge_is_refused(db: EngineDB, rows: Rows, table: str) -> None:
+    values = full_row(rows, table)
+    first = db.insert(table, **values)
+    with pytest.raises(db.IntegrityError):
+        db.insert(table, **values)  # e.g. a PROJECT migration's INSERT run twice
+    db.insert(
+        table, **{**values, "DEPENDENCY_TYPE": "FAILURE"}
+    )  # another type of the same pair: another edge
+    retire = f"UPDATE {table} SET ACTIVE_FLAG = ? WHERE {ID_COLUMNS[table]} = ?"
+    db.execute(retire, ("N", first))
+    db.insert(table, **values)  # a retired row frees its edge ...
+    with pytest.raises(db.IntegrityError):
+        db.execute(retire, ("Y", first))  # ... and may not come back beside the new one
+    assert db.scalar(f"SELECT COUNT(*) FROM {table} WHERE ACTIVE_FLAG = 'Y'") == 2
+
+
+def test_a_task_edge_is_the_same_edge_with_or_without_its_upstream_pipeline_named(
+    db: EngineDB, rows: Rows
+) -> None:
+    values = full_row(rows, "CFG_TASK_DEPENDENCY")
+    db.insert("CFG_TASK_DEPENDENCY", **values)  # DEPENDS_ON_PIPELINE_ID filled in by the trigger
+    with pytest.raises(db.IntegrityError):
+        db.insert("CFG_TASK_DEPENDENCY", **values, DEPENDS_ON_PIPELINE_ID=values["PIPELINE_ID"])
+
+
+def test_run_date_is_a_calendar_date(db: EngineDB, rows: Rows) -> None:
+    run = rows.aud_pipelines_run_log(RUN_DATE="2026-01-02")
+    stored = db.row("AUD_PIPELINES_RUN_LOG", run)["RUN_DATE"]
+    assert stored == (datetime.date(2026, 1, 2) if db.dialect == "postgresql" else "2026-01-02")
+    for bad in ("not a date", "2026-02-30", "2026-13-01"):
+        with pytest.raises((db.IntegrityError, db.DataError)):
+            rows.aud_pipelines_run_log(RUN_DATE=bad)
+
+
 # --------------------------------------------------------------------------- defaults
 
 
@@ -720,14 +815,12 @@ def test_foreign_keys_are_enforced(db: EngineDB, rows: Rows) -> None:
         ("CFG_TASKS", "ACTIVE_FLAG", "Y"),
         ("CFG_TASK_PARAMETERS", "ACTIVE_FLAG", "Y"),
         ("CFG_PIPELINE_DEPENDENCY", "ACTIVE_FLAG", "Y"),
-        ("CFG_PIPELINE_DEPENDENCY", "CONSUME_REPAIRS", "N"),
-        ("CFG_PIPELINE_DEPENDENCY", "DEPENDENCY_TYPE", "SUCCESS"),
+        ("CFG_PIPELINE_DEPENDENCY", "CONSUME_REPAIRS", "Y"),
         ("CFG_TASK_DEPENDENCY", "ACTIVE_FLAG", "Y"),
-        ("CFG_TASK_DEPENDENCY", "CONSUME_REPAIRS", "N"),
-        ("CFG_TASK_DEPENDENCY", "DEPENDENCY_TYPE", "SUCCESS"),
+        ("CFG_TASK_DEPENDENCY", "CONSUME_REPAIRS", "Y"),
         ("AUD_PIPELINES_RUN_LOG", "BACKFILL", "N"),
         ("AUD_PIPELINES_RUN_LOG", "REPAIR_PENDING", "N"),
-        ("AUD_PIPELINES_RUN_LOG", "OUTPUT_REVISION", 0),
+        ("AUD_PIPELINES_RUN_LOG", "OUTPUT_REVISION", 1),
         ("AUD_TASK_RUN_LOG", "ATTEMPT_COUNT", 0),
         ("AUD_TASK_RUN_LOG", "SOURCE_COUNT", None),
         ("AUD_TASK_RUN_LOG", "ROWS_WRITTEN", None),
@@ -924,8 +1017,13 @@ def test_both_schemas_declare_the_same_tables_columns_and_rules(tmp_path: Path, 
     assert dict(pg.columns) == SPEC_COLUMNS
     assert lite.value_lists == expected_lists
     assert pg.value_lists == expected_lists
-    # SQLite checks PIPELINE_PARAMETERS with json_valid(), PostgreSQL's JSONB type checks it by itself.
-    assert lite.check_counts == {**pg.check_counts, "CFG_PIPELINES": pg.check_counts["CFG_PIPELINES"] + 1}
+    # SQLite checks PIPELINE_PARAMETERS with json_valid() and RUN_DATE with date(); PostgreSQL's JSONB and DATE
+    # types check them by themselves.
+    assert lite.check_counts == {
+        **pg.check_counts,
+        "CFG_PIPELINES": pg.check_counts["CFG_PIPELINES"] + 1,
+        "AUD_PIPELINES_RUN_LOG": pg.check_counts["AUD_PIPELINES_RUN_LOG"] + 1,
+    }
     assert lite.primary_keys == pg.primary_keys
     assert lite.unique_keys == pg.unique_keys
     assert lite.foreign_keys == pg.foreign_keys
@@ -948,6 +1046,17 @@ def test_unique_rules_of_spec_are_declared(db: EngineDB) -> None:
     assert {
         ("CFG_PIPELINES", ("PIPELINE_CODE",), frozenset({"Y"})),
         ("CFG_TASKS", ("PIPELINE_ID", "TASK_CODE"), frozenset({"Y"})),
+        # One active row per dependency edge (etl-craft's rule).
+        (
+            "CFG_PIPELINE_DEPENDENCY",
+            ("PIPELINE_ID", "DEPENDS_ON_PIPELINE_ID", "DEPENDENCY_TYPE"),
+            frozenset({"Y"}),
+        ),
+        (
+            "CFG_TASK_DEPENDENCY",
+            ("TASK_ID", "DEPENDS_ON_PIPELINE_ID", "DEPENDS_ON_TASK_ID", "DEPENDENCY_TYPE"),
+            frozenset({"Y"}),
+        ),
         ("AUD_PIPELINES_RUN_LOG", ("PIPELINE_ID",), frozenset({"IN-PROGRESS"})),
         ("AUD_PIPELINES_RUN_LOG", ("PIPELINE_ID", "RUN_KEY"), None),
         ("AUD_TASK_RUN_LOG", ("TASK_ID", "PIPELINE_RUN_ID"), None),

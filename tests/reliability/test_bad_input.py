@@ -380,5 +380,7 @@ def test_the_cli_reports_a_deeply_nested_config_without_a_traceback(tmp_path: Pa
     result = subprocess.run([str(cli), "--config", str(path), "check"], capture_output=True, text=True, timeout=120,
                             cwd=tmp_path)  # fmt: skip
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.returncode == 3, (result.returncode, result.stderr[-2000:])
-    assert result.stderr.startswith("error: ") and "nested too deeply" in result.stderr
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert result.stderr == ""
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("[FAIL] Configuration: ") and "nested too deeply" in first, result.stdout

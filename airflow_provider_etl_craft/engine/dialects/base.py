@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor, Row
@@ -62,6 +62,15 @@ class EngineDialect(ABC, Generic[ConnT]):
         """A connection for SQL of the user's own (``EngineDBHook.get_conn()``): names resolve in the Engine
         schema. SQLite: its one schema, ``main``, is the only one there is; PostgreSQL sets it per transaction."""
         return self.connect()
+
+    def login(self, create: bool = False) -> ConnT:
+        """:meth:`connect` without checking that the profile's schema exists: ``check`` reports the login and
+        the schema as two findings. Same errors as :meth:`connect` otherwise."""
+        return self.connect(create)
+
+    def require_schema(self, conn: ConnT) -> None:
+        """:raises ConfigurationError: the profile's schema does not exist (PostgreSQL; SQLite has none)."""
+        return None
 
     #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
     begin_statement: ClassVar[str] = "BEGIN"
@@ -162,6 +171,17 @@ class EngineDialect(ABC, Generic[ConnT]):
     @abstractmethod
     def from_db_time(self, value: Any) -> datetime | None:
         """A stored timestamp back as an aware UTC datetime (None stays None)."""
+
+    def to_db_date(self, value: datetime) -> Any:
+        """The UTC calendar date of a timezone-aware datetime, as this database stores a DATE (``RUN_DATE``):
+        ISO text ``YYYY-MM-DD`` here (a SQLite TEXT column checked with ``date()``)."""
+        return value.astimezone(UTC).date().isoformat()
+
+    def from_db_date(self, value: Any) -> date | None:
+        """A stored DATE back as a date (None stays None); drivers return a date or ISO text."""
+        if value is None or (isinstance(value, date) and not isinstance(value, datetime)):
+            return value
+        return date.fromisoformat(str(value))
 
     @abstractmethod
     def integrity_error(self) -> type[Exception]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
@@ -66,6 +66,9 @@ class PostgresDialect(EngineDialect[PgConnection]):
 
     def from_db_time(self, value: Any) -> datetime | None:
         return None if value is None else value.astimezone(UTC)
+
+    def to_db_date(self, value: datetime) -> date:
+        return value.astimezone(UTC).date()
 
     def integrity_error(self) -> type[Exception]:
         return self._driver_module().IntegrityError
@@ -138,20 +141,30 @@ class PostgresDialect(EngineDialect[PgConnection]):
             raise self._connect_error(exc)[0] from None
 
     def connect(self, create: bool = False) -> PgConnection:  # a server database is never created here
+        conn = self.login()
+        try:
+            self.require_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def login(self, create: bool = False) -> PgConnection:
         conn = self._open(self._driver_module())
         conn.autocommit = True
+        return conn
+
+    def require_schema(self, conn: PgConnection) -> None:
         with conn.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.profile.schema,))
             found = cur.fetchone()
         if found is None:
-            conn.close()
             raise ConfigurationError(
                 f'schema "{self.profile.schema}" ({self.profile.setting("schema")}) does not exist in database '
                 f'"{self.target.database}" on {self.target.host}:{self.target.port}; the provider never creates '
                 f"schemas: ask an administrator to run CREATE SCHEMA {self.profile.schema}; and grant your role "
                 "CREATE on it"
             )
-        return conn
 
     def connect_for_sql(self) -> PgConnection:
         """A connection whose cursors put the Engine schema first in every transaction they open, never on the

@@ -63,6 +63,7 @@
   // "2026-07-01T06:00:00.000Z" -> "2026-07-01 06:00:00 UTC"; unparsable text is shown as is.
   function fmtTime(iso) {
     if (iso === null || iso === undefined || iso === '') return DASH;
+    if (/^\d{4}-\d\d-\d\d$/.test(iso)) return iso;  // a date (RUN_DATE): no time of day to show
     const d = new Date(iso);
     if (Number.isNaN(d.getTime())) return String(iso);
     const p = (n) => String(n).padStart(2, '0');

@@ -243,7 +243,9 @@ def _apply(
             if item not in pending_migrations(dialect, conn, files, cur, shared):
                 return False
             if item.source == "ENGINE":
-                check_rows(dialect, cur, item.version)  # rows breaking a rule it adds: listed, nothing changed
+                check_rows(
+                    dialect, cur, item.version
+                )  # rows breaking a rule it adds: listed, nothing changed
             if shared and item.source == "ENGINE":
                 apply_adoption_step(dialect, cur, item.version, item.text)
                 finish_adoption_steps(dialect, cur)

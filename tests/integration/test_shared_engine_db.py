@@ -26,6 +26,7 @@ from tests.fixtures.etl_craft_made import (
     counts,
     etl_craft_connection,
     run,
+    shape,
 )
 
 
@@ -65,11 +66,11 @@ def cli(setup: EngineSetup, *args: str) -> tuple[int, str, str]:
 
 
 def test_init_db_adopts_an_etl_craft_engine_db_and_keeps_every_row(shared: EngineSetup) -> None:
-    before, etl_craft_ledger = counts(shared), ledger(shared)
+    before, etl_craft_ledger, tables = counts(shared), ledger(shared), shape(shared)
     status, out, err = cli(shared, "check")
     assert status != 0 and "was made by etl-craft and this provider has not adopted it yet" in out, (out, err)
     ok, message = shared.hook().test_connection()
-    assert ok and f"{SCHEMA_VERSION}" in message
+    assert not ok and "has not adopted it yet" in message, message
     not_adopted = "was made by etl-craft and this provider has not adopted it yet"
     with pytest.raises(EngineDBError, match=not_adopted), shared.hook().lifecycle() as lc:
         lc.claim("DOWN", RunIdentity("down_dag", "r0"))
@@ -78,6 +79,11 @@ def test_init_db_adopts_an_etl_craft_engine_db_and_keeps_every_row(shared: Engin
     assert result.created and result.shared and "was made by etl-craft: adopted" in result.message
     assert counts(shared) == before  # not one row of etl-craft's added, changed or removed
     assert ledger(shared) == etl_craft_ledger
+    adopted = shape(shared)
+    added = adopted["AUD_TASK_ATTEMPTS"]["columns"][len(tables["AUD_TASK_ATTEMPTS"]["columns"]) :]
+    assert [c[0].upper() for c in added] == ["MAP_INDEX"]  # the one column adoption adds, at the end
+    adopted["AUD_TASK_ATTEMPTS"]["columns"] = adopted["AUD_TASK_ATTEMPTS"]["columns"][: -len(added)]
+    assert adopted == tables  # every other column, type, default and index of etl-craft's as it was
     provider = engine_rows(shared.hook(), f"SELECT VERSION FROM {PROVIDER_LEDGER} ORDER BY VERSION")
     assert [v for (v,) in provider] == [SCHEMA_VERSION, *packaged_versions(shared.dialect)]
     etl_craft_migrate_accepts(shared)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_etl_craft.cli.main import main
+from airflow_provider_etl_craft.engine.actor import acting_as
 from airflow_provider_etl_craft.engine.schema import SCHEMA_VERSION, current_marks, packaged_versions
 from airflow_provider_etl_craft.engine.shared import PROVIDER_LEDGER
 from airflow_provider_etl_craft.errors import EngineDBError
@@ -152,6 +154,33 @@ def test_etl_craft_guards_refuse_a_write_without_the_actor_after_adoption(shared
         run(conn, shared.dialect, "DELETE FROM AUD_DEPENDENCY_CONSUMPTION")
 
 
+def test_every_provider_transaction_carries_the_actor_and_nothing_outlives_it(engine: EngineSetup) -> None:
+    hook = engine.hook()
+    hook.init_db()
+    dialect = hook.engine
+    with closing(dialect.connect()) as conn:
+        if engine.dialect == "sqlite":
+            read = (
+                "SELECT etl_craft_actor(), etl_craft_actor_kind(), etl_craft_migration(), etl_craft_purpose()"
+            )
+            assert dialect.query(conn, read) == [("etl-craft-airflow", "SYSTEM", "", "")]
+            with acting_as("airflow:d:r", "ORCHESTRATOR", "0001_x.sql"):
+                assert dialect.query(conn, read) == [("airflow:d:r", "ORCHESTRATOR", "0001_x.sql", "")]
+            return
+        read = (
+            "SELECT current_setting('etl_craft.actor', true), current_setting('etl_craft.actor_kind', true), "
+            "current_setting('etl_craft.migration', true)"
+        )
+        with acting_as("airflow:d:r", "ORCHESTRATOR"), dialect.transaction(conn) as cur:
+            cur.execute(read)
+            assert cur.fetchone() == ("airflow:d:r", "ORCHESTRATOR", "")
+        with acting_as("alice", "HUMAN"):  # the one-statement form sets it for its own transaction
+            assert dialect.execute(conn, read).rows == [("alice", "HUMAN", "")]
+        with conn.cursor() as cur:  # the same server session afterwards: nothing is left
+            cur.execute(read)
+            assert cur.fetchone() in ((None, None, None), ("", "", ""))
+
+
 def _etl_craft_gate(setup: EngineSetup, pipeline: str, ended_by: str) -> tuple[Any, ...] | None:
     """etl-craft's gate reads (latest_finished_pipeline_run.sql, last_consumed_pipeline_run.sql), as written
     there, on etl-craft's own connection."""
@@ -185,9 +214,26 @@ def _now_as_etl_craft_writes(setup: EngineSetup) -> Any:
     return now.strftime("%Y-%m-%d %H:%M:%S.%f") + "+00:00" if setup.dialect == "sqlite" else now
 
 
-def test_a_pipeline_runs_after_adoption_and_gates_work_across_the_tools(shared: EngineSetup) -> None:
+def test_a_pipeline_runs_after_adoption_and_gates_work_across_the_tools(
+    shared: EngineSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shared.hook().init_db()
     hook = shared.hook()
+    answers: list[
+        Any
+    ] = []  # what the one-statement forms answered (PostgreSQL): they wrote through the guards
+    if shared.dialect == "postgresql":
+        from airflow_provider_etl_craft.engine.dialects.postgresql import PostgresDialect
+
+        for name in ("_call_at_once", "start_attempt_at_once", "end_attempt_at_once"):
+            real = getattr(PostgresDialect, name)
+
+            def spy(self: Any, *args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+                answer = _real(self, *args, **kwargs)
+                answers.append((_name, answer[0] if isinstance(answer, tuple) else answer))
+                return answer
+
+            monkeypatch.setattr(PostgresDialect, name, spy)
     if shared.dialect == "postgresql":  # the one-call claim and finish act here (their schema check passes)
         versions, tables = current_marks("postgresql")
         assert engine_rows(hook, "SELECT ETL_CRAFT_SCHEMA_IS_CURRENT(?, ?)", (versions, tables)) == [(True,)]
@@ -252,3 +298,7 @@ def test_a_pipeline_runs_after_adoption_and_gates_work_across_the_tools(shared: 
     with hook.lifecycle(lock_timeout=30) as lc:
         third = lc.claim("DOWN", RunIdentity("down_dag", "run_3", run_date=datetime(2026, 1, 7, tzinfo=UTC)))
     assert third.action == "CREATED", third
+    if shared.dialect == "postgresql":
+        assert ("_call_at_once", "CREATED") in answers and ("_call_at_once", "FINISHED") in answers, answers
+        assert any(n == "start_attempt_at_once" and a is not None for n, a in answers), answers
+        assert ("end_attempt_at_once", 1) in answers, answers

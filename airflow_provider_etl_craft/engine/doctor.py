@@ -453,11 +453,17 @@ def engine_db_checks(dialect: EngineDialect, migrations_dir: str | Path | None =
         try:
             with dialect.classified(conn):
                 project_dir = find_migrations_dir(migrations_dir, profile.base_dir)
+                judged = frozenset({"ENGINE", "PROJECT"} if project_dir else {"ENGINE"})
                 files = migration_files(dialect.name, project_dir, state.shared)
-                pending = pending_migrations(dialect, conn, files, shared=state.shared)
+                pending = pending_migrations(dialect, conn, files, sources=judged, shared=state.shared)
         except EtlCraftError as exc:
             return [*checks, fail(MIGRATIONS_CHECK, str(exc))]
-    folder = f"project migrations from {project_dir}" if project_dir else "no project migrations folder"
+    folder = (
+        f"project migrations from {project_dir}"
+        if project_dir
+        else "PROJECT migrations not judged: no migrations folder is known (--migrations-dir, "
+        "$ETL_CRAFT_MIGRATIONS_DIR or migrations/ beside craft-connector.yml)"
+    )
     if pending:
         return [
             *checks,

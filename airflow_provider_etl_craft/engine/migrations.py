@@ -138,11 +138,14 @@ def pending_migrations(
     conn: Connection,
     files: list[MigrationFile],
     cur: Cursor | None = None,
+    sources: frozenset[str] = frozenset({"ENGINE", "PROJECT"}),
     shared: bool = False,
 ) -> list[MigrationFile]:
     """Files not yet in the ledger, after checking the ledger against the files.
 
     :param cur: read the ledger inside this cursor's transaction instead of on ``conn``.
+    :param sources: the ledger sources to judge; a reader that knows no PROJECT folder (an inline Airflow
+        connection's Test button) judges ENGINE alone, since it cannot tell an applied file from a removed one.
     :param shared: an Engine DB etl-craft made: ENGINE versions come from the provider's own ledger, and
         etl-craft's ENGINE rows in ``SCHEMA_MIGRATIONS`` are etl-craft's to check, not the provider's.
     :raises MigrationError: a ledgered file was edited or removed, or a new file sorts before an applied one.
@@ -157,7 +160,9 @@ def pending_migrations(
         rows = [r for r in rows if r[0] != "ENGINE"]
         rows += read(f"SELECT 'ENGINE', VERSION, CHECKSUM FROM {PROVIDER_LEDGER}")  # noqa: S608 - a constant
     ledger = {
-        (src, ver): digest for src, ver, digest in rows if not (src == "ENGINE" and ver == SCHEMA_VERSION)
+        (src, ver): digest
+        for src, ver, digest in rows
+        if src in sources and not (src == "ENGINE" and ver == SCHEMA_VERSION)
     }
     by_key = {(f.source, f.version): f for f in files}
     problems = []
@@ -240,7 +245,7 @@ def _apply(
             acting_as(None, migration=item.version),
             dialect.schema_transaction(conn, lock=MIGRATE_LOCK, lock_timeout=lock_timeout) as cur,
         ):
-            if item not in pending_migrations(dialect, conn, files, cur, shared):
+            if item not in pending_migrations(dialect, conn, files, cur, shared=shared):
                 return False
             if item.source == "ENGINE":
                 check_rows(

@@ -397,7 +397,7 @@ def engine_db_checks(dialect: EngineDialect, migrations_dir: str | Path | None =
         migration_files,
         pending_migrations,
     )
-    from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES, Verdict, schema_state
+    from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES, SCHEMA_VERSION, Verdict, schema_state
 
     profile = dialect.profile
     try:
@@ -448,12 +448,14 @@ def engine_db_checks(dialect: EngineDialect, migrations_dir: str | Path | None =
             checks.append(ok(TABLES_CHECK, f"all {len(ENGINE_TABLES)} Engine tables present"))
         if checks[-1].status is Status.FAIL:
             return [*checks, *not_checked(ENGINE_DB_CHECKS[3:], f"needs {TABLES_CHECK}, which failed")]
+        if state.shared and SCHEMA_VERSION not in state.applied:
+            return [*checks, fail(MIGRATIONS_CHECK, str(state.problem()))]
         try:
             with dialect.classified(conn):
                 project_dir = find_migrations_dir(migrations_dir, profile.base_dir)
                 judged = frozenset({"ENGINE", "PROJECT"} if project_dir else {"ENGINE"})
-                files = migration_files(dialect.name, project_dir)
-                pending = pending_migrations(dialect, conn, files, sources=judged)
+                files = migration_files(dialect.name, project_dir, state.shared)
+                pending = pending_migrations(dialect, conn, files, sources=judged, shared=state.shared)
         except EtlCraftError as exc:
             return [*checks, fail(MIGRATIONS_CHECK, str(exc))]
     folder = (

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import sqlparse
 
+from airflow_provider_etl_craft.engine.actor import acting_as
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
@@ -16,10 +17,13 @@ from airflow_provider_etl_craft.engine.schema import (
     DEFAULT_LOCK_TIMEOUT,
     SCHEMA_VERSION,
     InitResult,
+    apply_adoption_step,
     checksum,
+    finish_adoption_steps,
     init_db,
     packaged_migrations,
 )
+from airflow_provider_etl_craft.engine.shared import PROVIDER_LEDGER, adoption_steps
 from airflow_provider_etl_craft.engine.url import resolve_beside
 from airflow_provider_etl_craft.errors import LockTimeoutError, MigrationError
 from airflow_provider_etl_craft.paths import checked_path, read_text
@@ -115,9 +119,13 @@ def find_migrations_dir(explicit: str | os.PathLike[str] | None, base_dir: Path 
     return None
 
 
-def migration_files(dialect_name: str, project_dir: Path | None) -> list[MigrationFile]:
-    """ENGINE files (packaged, for this dialect) first, then PROJECT files; each group in file-name order."""
-    files = [MigrationFile("ENGINE", version, text) for version, text in packaged_migrations(dialect_name)]
+def migration_files(dialect_name: str, project_dir: Path | None, shared: bool = False) -> list[MigrationFile]:
+    """ENGINE files (packaged, for this dialect) first, then PROJECT files; each group in file-name order.
+
+    :param shared: an Engine DB etl-craft made: the ENGINE files are the adoption steps that stand for them.
+    """
+    engine = adoption_steps(dialect_name, SCHEMA_VERSION)[1:] if shared else packaged_migrations(dialect_name)
+    files = [MigrationFile("ENGINE", version, text) for version, text in engine]
     if project_dir is not None:
         for path in sorted(project_dir.glob("*.sql")):
             text = read_text(path, f"migration PROJECT {path.name}", error=MigrationError)
@@ -131,18 +139,29 @@ def pending_migrations(
     files: list[MigrationFile],
     cur: Cursor | None = None,
     sources: frozenset[str] = frozenset({"ENGINE", "PROJECT"}),
+    shared: bool = False,
 ) -> list[MigrationFile]:
     """Files not yet in the ledger, after checking the ledger against the files.
 
     :param cur: read the ledger inside this cursor's transaction instead of on ``conn``.
     :param sources: the ledger sources to judge; a reader that knows no PROJECT folder (an inline Airflow
         connection's Test button) judges ENGINE alone, since it cannot tell an applied file from a removed one.
+    :param shared: an Engine DB etl-craft made: ENGINE versions come from the provider's own ledger, and
+        etl-craft's ENGINE rows in ``SCHEMA_MIGRATIONS`` are etl-craft's to check, not the provider's.
     :raises MigrationError: a ledgered file was edited or removed, or a new file sorts before an applied one.
     """
-    read = "SELECT SOURCE, VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS"
+
+    def read(text: str) -> list[tuple[str, str, str]]:
+        found = dialect.rows(cur, text) if cur is not None else dialect.query(conn, text)
+        return [(r[0], r[1], r[2]) for r in found]
+
+    rows = read("SELECT SOURCE, VERSION, CHECKSUM FROM SCHEMA_MIGRATIONS")
+    if shared:
+        rows = [r for r in rows if r[0] != "ENGINE"]
+        rows += read(f"SELECT 'ENGINE', VERSION, CHECKSUM FROM {PROVIDER_LEDGER}")  # noqa: S608 - a constant
     ledger = {
         (src, ver): digest
-        for src, ver, digest in (dialect.rows(cur, read) if cur is not None else dialect.query(conn, read))
+        for src, ver, digest in rows
         if src in sources and not (src == "ENGINE" and ver == SCHEMA_VERSION)
     }
     by_key = {(f.source, f.version): f for f in files}
@@ -186,9 +205,10 @@ def migrate(
     :raises MigrationError: ledger problems (nothing applied), or a file that fails (that file rolled back).
     :raises LockTimeoutError: another init-db or migrate held the lock too long.
     """
-    files = migration_files(dialect.name, project_dir)
+    project = migration_files(dialect.name, project_dir)  # read (and checked) before anything is changed
     init = init_db(dialect, conn, lock_timeout)
-    pending = pending_migrations(dialect, conn, files)
+    files = migration_files(dialect.name, project_dir, init.shared) if init.shared else project
+    pending = pending_migrations(dialect, conn, files, shared=init.shared)
     for item in pending:  # files applied already stay as they were (their ledger checksums hold)
         found = transaction_control(item.text)
         if found is not None:
@@ -200,7 +220,7 @@ def migrate(
             )
     applied: list[str] = []
     for item in pending:
-        if _apply(dialect, conn, item, files, lock_timeout, len(applied)):
+        if _apply(dialect, conn, item, files, lock_timeout, len(applied), init.shared):
             applied.append(item.label)
     return MigrateResult(init, applied)
 
@@ -212,22 +232,34 @@ def _apply(
     files: list[MigrationFile],
     lock_timeout: float | None,
     earlier: int,
+    shared: bool = False,
 ) -> bool:
     """Apply ``item`` with its ledger row in one transaction holding the ``migrate`` lock, unless the ledger
-    read inside it shows the file applied already. :return: whether this call applied it."""
+    read inside it shows the file applied already. :return: whether this call applied it.
+
+    The transaction names the file as the migration writing (etl-craft's change log records it); on an
+    Engine DB etl-craft made, an ENGINE step is recorded in the provider's own ledger.
+    """
     try:
-        with dialect.schema_transaction(conn, lock=MIGRATE_LOCK, lock_timeout=lock_timeout) as cur:
-            if item not in pending_migrations(dialect, conn, files, cur):
+        with (
+            acting_as(None, migration=item.version),
+            dialect.schema_transaction(conn, lock=MIGRATE_LOCK, lock_timeout=lock_timeout) as cur,
+        ):
+            if item not in pending_migrations(dialect, conn, files, cur, shared=shared):
                 return False
             if item.source == "ENGINE":
                 check_rows(
                     dialect, cur, item.version
                 )  # rows breaking a rule it adds: listed, nothing changed
-            dialect.execute_script(cur, item.text)
-            cur.execute(
-                dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"),
-                (item.source, item.version, item.checksum),
-            )
+            if shared and item.source == "ENGINE":
+                apply_adoption_step(dialect, cur, item.version, item.text)
+                finish_adoption_steps(dialect, cur)
+            else:
+                dialect.execute_script(cur, item.text)
+                cur.execute(
+                    dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES (?, ?, ?)"),
+                    (item.source, item.version, item.checksum),
+                )
     except (LockTimeoutError, MigrationError):
         raise
     except Exception as exc:

@@ -12,6 +12,14 @@ from pathlib import Path
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
+from airflow_provider_etl_craft.engine.shared import (
+    PROVIDER_LEDGER,
+    SCHEMA_CHECK,
+    adopt_text,
+    adoption_steps,
+    ledger_versions,
+    made_by_etl_craft,
+)
 from airflow_provider_etl_craft.errors import EngineDBError
 
 #: Ledger version of the packaged schema (SOURCE='ENGINE').
@@ -48,6 +56,8 @@ class InitResult:
     created: bool
     version: str
     message: str
+    #: An Engine DB that etl-craft made (the provider's ENGINE ledger is its own table there).
+    shared: bool = False
 
 
 def packaged_migrations(dialect_name: str) -> list[tuple[str, str]]:
@@ -103,6 +113,8 @@ class SchemaState:
     pending: tuple[str, ...]
     #: ``<engine> schema <name>``, for messages.
     where: str
+    #: Made by etl-craft: ``applied`` is then the provider's own ledger (docs/etl-craft-parity.md).
+    shared: bool = False
 
     @property
     def verdict(self) -> Verdict:
@@ -130,6 +142,12 @@ class SchemaState:
                 f"missing {', '.join(self.missing)}); nothing will use or change a partial schema: restore it, or "
                 "point the profile at another schema"
             )
+        if verdict is Verdict.PENDING and self.shared and SCHEMA_VERSION not in self.applied:
+            return EngineDBError(
+                f"the Engine DB {self.where} was made by etl-craft and this provider has not adopted it yet; "
+                "adopt it with `etl-craft-airflow init-db` or `etl-craft-airflow migrate` (it adds the provider's "
+                "ledger, column and functions and changes nothing of etl-craft's) before running pipelines"
+            )
         if verdict is Verdict.PENDING:
             return EngineDBError(
                 f"the Engine DB {self.where} needs ENGINE migration {', '.join(self.pending)} of this provider "
@@ -150,14 +168,22 @@ def schema_state(dialect: EngineDialect, conn: Connection, cur: Cursor | None = 
 
     :param cur: read inside this cursor's transaction (under the ``migrate`` lock) instead of on ``conn``.
     """
-    present = frozenset(dialect.table_names(conn, cur) & ENGINE_TABLES)
+    tables = dialect.table_names(conn, cur)
+    present = frozenset(tables & ENGINE_TABLES)
     applied: frozenset[str] = frozenset()
+    shared = False
     if "SCHEMA_MIGRATIONS" in present:
         ledger = "SELECT VERSION FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE'"
         rows = dialect.rows(cur, ledger) if cur is not None else dialect.query(conn, ledger)
         applied = frozenset(r[0] for r in rows)
+        shared = made_by_etl_craft(applied, SCHEMA_VERSION)
+        if shared:  # etl-craft's own versions say nothing about the provider's
+            applied = ledger_versions(dialect, conn, cur, tables)
     pending = tuple(v for v in packaged_versions(dialect.name) if v not in applied)
-    return SchemaState(present, applied, pending, f"{dialect.describe()} schema {dialect.profile.schema}")
+    if shared and SCHEMA_VERSION not in applied:
+        pending = (SCHEMA_VERSION, *pending)
+    where = f"{dialect.describe()} schema {dialect.profile.schema}"
+    return SchemaState(present, applied, pending, where, shared)
 
 
 def check_schema(dialect: EngineDialect, conn: Connection) -> SchemaState:
@@ -212,6 +238,8 @@ def init_db_in(dialect: EngineDialect, conn: Connection, cur: Cursor) -> InitRes
     state = schema_state(dialect, conn, cur)
     where = state.where
     state.require(Verdict.EMPTY, Verdict.PENDING, Verdict.CURRENT)
+    if state.shared:
+        return adopt_in(dialect, cur, state)
     if state.present:
         recorded = dialect.rows(
             cur,
@@ -247,3 +275,63 @@ def init_db_in(dialect: EngineDialect, conn: Connection, cur: Cursor) -> InitRes
         cur.execute(ledger, (version, checksum(migration)))
     at = latest_version(dialect.name)
     return InitResult(True, at, f"Engine DB {where} initialised at {at}")
+
+
+def adopt_in(dialect: EngineDialect, cur: Cursor, state: SchemaState) -> InitResult:
+    """init-db on an Engine DB etl-craft made, inside the caller's schema transaction: adopt it (every step
+    of :func:`~.shared.adoption_steps`, each recorded in the provider's own ledger) unless it was adopted
+    already, in which case nothing is changed and pending provider versions are reported for ``migrate``."""
+    where = state.where
+    if SCHEMA_VERSION in state.applied:
+        baseline = adopt_text(dialect.name, f"{SCHEMA_VERSION}.sql") or ""
+        read = f"SELECT CHECKSUM FROM {PROVIDER_LEDGER} WHERE VERSION = ?"  # noqa: S608 - a constant
+        recorded = dialect.rows(cur, read, (SCHEMA_VERSION,))
+        if recorded and recorded[0][0] != checksum(baseline):
+            raise EngineDBError(
+                f"{where} was adopted from etl-craft with baseline checksum {recorded[0][0][:12]}…, but this "
+                f"release packages {checksum(baseline)[:12]}…; use the matching provider release"
+            )
+        if state.pending:
+            at = max(state.applied)
+            return InitResult(
+                False,
+                at,
+                f"Engine DB {where} (made by etl-craft, adopted) is at {at}; ENGINE migration "
+                f"{', '.join(state.pending)} is pending (`etl-craft-airflow migrate` applies it)",
+                shared=True,
+            )
+        at = latest_version(dialect.name)
+        return InitResult(
+            False,
+            at,
+            f"Engine DB {where} (made by etl-craft, adopted) is already at {at}; nothing changed",
+            True,
+        )
+    for version, text in adoption_steps(dialect.name, SCHEMA_VERSION):
+        apply_adoption_step(dialect, cur, version, text)
+    finish_adoption_steps(dialect, cur)
+    at = latest_version(dialect.name)
+    return InitResult(
+        True,
+        at,
+        f"Engine DB {where} was made by etl-craft: adopted at {at} (added the provider's own ledger "
+        f"{PROVIDER_LEDGER} and what its ENGINE versions need; none of etl-craft's tables, rows or ledger rows "
+        "changed)",
+        shared=True,
+    )
+
+
+def apply_adoption_step(dialect: EngineDialect, cur: Cursor, version: str, text: str) -> None:
+    """Run one adoption step and record it in the provider's own ledger, in the caller's transaction."""
+    dialect.execute_script(cur, text)
+    cur.execute(
+        dialect.sql(f"INSERT INTO {PROVIDER_LEDGER} (VERSION, CHECKSUM) VALUES (?, ?)"),  # noqa: S608
+        (version, checksum(text)),
+    )
+
+
+def finish_adoption_steps(dialect: EngineDialect, cur: Cursor) -> None:
+    """After ENGINE steps on an adopted Engine DB: the dialect's schema check over the provider's ledger."""
+    check = adopt_text(dialect.name, SCHEMA_CHECK)
+    if check is not None:
+        dialect.execute_script(cur, check)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow_provider_etl_craft.engine.actor import acting_as
 from airflow_provider_etl_craft.errors import RunStateError, StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.records import Pause
@@ -19,7 +20,7 @@ class OpenPause(Transition):
         :raises MetadataError: the pipeline is not active.
         :raises RunStateError: the pipeline is paused already (one open pause per pipeline).
         """
-        with self.engine.transaction(self.conn) as cur:
+        with acting_as(clean_text(by), by_kind), self.engine.transaction(self.conn) as cur:
             pipeline_id = self.active_pipeline(cur, pipeline_code)
             current = self.open_pause(cur, pipeline_id)
             if current is not None:
@@ -46,7 +47,7 @@ class EndPause(Transition):
 
         :raises RunStateError: the pipeline is not paused.
         """
-        with self.engine.transaction(self.conn) as cur:
+        with acting_as(clean_text(by), by_kind), self.engine.transaction(self.conn) as cur:
             pipeline_id = self.active_pipeline(cur, pipeline_code)
             current = self.open_pause(cur, pipeline_id)
             if current is None:

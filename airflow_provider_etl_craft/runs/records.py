@@ -129,6 +129,8 @@ class AttemptHandle:
     consumes: bool = False
     #: The Airflow map index of a mapped task's instance (None: an unmapped task).
     map_index: int | None = None
+    #: Who opened it (the run's actor): ending or parking it writes as the same actor.
+    actor: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,21 +7,25 @@ subclass with one public entry; :class:`~.lifecycle.RunLifecycle` is the front o
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_etl_craft.engine import actor
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.errors import MetadataError, StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import Gates
-from airflow_provider_etl_craft.runs.identity import RunIdentity
-from airflow_provider_etl_craft.runs.records import Pause, Pipeline, RunRow
+from airflow_provider_etl_craft.runs.identity import ACTOR_KIND, RunIdentity
+from airflow_provider_etl_craft.runs.records import AttemptHandle, Pause, Pipeline, RunRow
 
 
 class Transition:
@@ -31,6 +35,13 @@ class Transition:
     :param conn: a connection from ``engine.connect()``; the caller closes it.
     :param lock_timeout: seconds to wait for ``pipeline:<code>`` locks.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Each transition's entry writes as the run it serves (see :func:`_as_run_actor`)."""
+        super().__init_subclass__(**kwargs)
+        entry = cls.__dict__.get("__call__")
+        if entry is not None:
+            setattr(cls, "__call__", _as_run_actor(entry))  # noqa: B010 - the class's own entry, wrapped
 
     def __init__(
         self, engine: EngineDialect, conn: Connection, lock_timeout: float | None, gates: Gates
@@ -145,6 +156,28 @@ class Transition:
         return StaleTransitionError(
             f"{what}: another worker changed the Engine DB first ({first_line(exc)}); a retry re-reads it"
         )
+
+
+def _as_run_actor(entry: Callable[..., Any]) -> Callable[..., Any]:
+    """``entry`` with every transaction it opens carrying the run's actor (etl-craft's guards read it; see
+    docs/etl-craft-parity.md, "Sharing an Engine DB"): the actor of its RunIdentity argument, or the one an
+    AttemptHandle argument was opened by. A handle it returns remembers that actor."""
+
+    @functools.wraps(entry)
+    def call(self: Transition, *args: Any, **kwargs: Any) -> Any:
+        name = None
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, RunIdentity | AttemptHandle) and value.actor:
+                name = value.actor
+        if name is None:
+            return entry(self, *args, **kwargs)
+        with actor.acting_as(name, ACTOR_KIND):
+            result = entry(self, *args, **kwargs)
+        if isinstance(result, AttemptHandle) and result.actor is None:
+            return dataclasses.replace(result, actor=name)
+        return result
+
+    return call
 
 
 def first_line(exc: BaseException) -> str:

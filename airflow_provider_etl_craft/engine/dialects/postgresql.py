@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
-from airflow_provider_etl_craft.engine import locks
+from airflow_provider_etl_craft.engine import actor, locks
 from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver, Row
 from airflow_provider_etl_craft.engine.dialects import pg_probe
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
@@ -221,11 +221,16 @@ class PostgresDialect(EngineDialect[PgConnection]):
         """``BEGIN``, the Engine schema for this transaction, and ``lock`` as an advisory transaction lock.
 
         ``lock_timeout`` bounds only the lock wait: it is set just before and reset to 0 just after, both
-        ``LOCAL``. With psycopg2 all of it is one round trip.
+        ``LOCAL``. The actor of the writes (:mod:`~airflow_provider_etl_craft.engine.actor`) is set for the
+        transaction, as etl-craft's guards require. With psycopg2 all of it is one round trip.
 
         :raises LockTimeoutError: the wait hit ``lock_timeout`` (SQLSTATE 55P03); the transaction is rolled back.
         """
-        steps: list[tuple[str, tuple[Any, ...]]] = [("BEGIN", ()), (self._set_search_path(), ())]
+        steps: list[tuple[str, tuple[Any, ...]]] = [
+            ("BEGIN", ()),
+            (self._set_search_path(), ()),
+            (_SET_ACTOR, _actor_params()),
+        ]
         if lock is not None:
             locks.check_lock_name(lock)
             steps += [
@@ -250,18 +255,19 @@ class PostgresDialect(EngineDialect[PgConnection]):
             raise
 
     def execute(self, conn: PgConnection, text: str, params: Sequence[Any] = ()) -> StatementResult:
-        """One statement with the Engine schema set for it alone: with psycopg2 ``SET LOCAL search_path; <sql>``
-        in one query string, which the server runs as one implicit transaction (one round trip)."""
+        """One statement with the Engine schema (and the actor) set for it alone: with psycopg2
+        ``SET LOCAL search_path; SELECT set_config(…); <sql>`` in one query string, which the server runs as one
+        implicit transaction (one round trip)."""
         if not self._one_round_trip:
             with self.transaction(conn) as cur:
                 cur.execute(self.sql(text), tuple(params))
                 return StatementResult(list(cur.fetchall()) if cur.description else [], cur.rowcount)
         scoped = self._scoped_cache.get(text)
         if scoped is None:
-            scoped = self._scoped_cache[text] = f"{self._set_search_path()}; {self.sql(text)}"
+            scoped = self._scoped_cache[text] = f"{self._set_search_path()}; {_SET_ACTOR}; {self.sql(text)}"
         cur = conn.cursor()
         try:
-            cur.execute(scoped, tuple(params))
+            cur.execute(scoped, (*_actor_params(), *params))
             return StatementResult(list(cur.fetchall()) if cur.description else [], cur.rowcount)
         finally:
             cur.close()
@@ -520,11 +526,16 @@ class PostgresDialect(EngineDialect[PgConnection]):
         key = locks.advisory_key(self.profile.schema, locks.check_lock_name(lock))
         text = self._at_once_cache.get(function[0])
         if text is None:
-            text = f"SELECT * FROM {self._quoted_schema()}.{function[0]}({function[1]})"  # noqa: S608 - constants
+            # The actor and its kind (the last two parameters) are set for the call's transaction first: the
+            # function takes them from the settings' values, so they are set before it writes anything.
+            arguments = function[1].rsplit(", ", 2)[0]
+            call = f"{self._quoted_schema()}.{function[0]}({arguments}, s.actor, s.kind)"
+            text = _SET_ACTOR_FOR_CALL + f"LATERAL {call} f"
             self._at_once_cache[function[0]] = text
+        *values, by, kind = params
         cur = conn.cursor()
         try:
-            cur.execute(text, (key, _lock_wait(lock_timeout), *params))
+            cur.execute(text, (by, kind, key, _lock_wait(lock_timeout), *values))
             return cur.fetchone()
         except self.database_error() as exc:
             code = locks.sqlstate(exc)
@@ -542,6 +553,26 @@ class PostgresDialect(EngineDialect[PgConnection]):
             "WHERE n.nspname = ? AND c.relkind IN ('r', 'p')",
             (self.profile.schema,),
         )
+
+
+#: Sets the actor of the transaction's writes (etl-craft's guards and defaults read these settings): ``true``
+#: makes each setting end with the transaction, so nothing outlives it behind a transaction pooler.
+_SET_ACTOR = (
+    "SELECT set_config('etl_craft.actor', %s, true), set_config('etl_craft.actor_kind', %s, true), "
+    "set_config('etl_craft.migration', %s, true)"
+)
+
+
+#: The actor and its kind set before a one-call function: it takes them as ``s.actor`` and ``s.kind``.
+_SET_ACTOR_FOR_CALL = (
+    "SELECT f.* FROM (SELECT set_config('etl_craft.actor', %s, true) AS actor, "
+    "set_config('etl_craft.actor_kind', %s, true) AS kind) s, "
+)
+
+
+def _actor_params() -> tuple[str, str, str]:
+    who = actor.current()
+    return who.name, who.kind, who.migration
 
 
 def _lock_wait(lock_timeout: float | None) -> str:

@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_etl_craft.engine import locks
+from airflow_provider_etl_craft.engine import actor, locks
 from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.shared import PROVIDER_LEDGER
 from airflow_provider_etl_craft.engine.url import SqliteTarget
 from airflow_provider_etl_craft.errors import (
     ConfigurationError,
@@ -43,7 +44,12 @@ class SqliteDialect(EngineDialect[sqlite3.Connection]):
     placeholder = "?"
     begin_statement = "BEGIN IMMEDIATE"
 
+    #: Whether this Engine DB keeps etl-craft's time text (an Engine DB etl-craft made; set by :meth:`connect`).
+    etl_craft_times = False
+
     def to_db_time(self, value: datetime) -> str:
+        if self.etl_craft_times:  # etl-craft's form, so both tools' text comparisons order every row
+            return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f") + "+00:00"
         # The same text form as the schema's strftime('%Y-%m-%dT%H:%M:%fZ') defaults: sortable as text.
         return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
@@ -161,6 +167,11 @@ class SqliteDialect(EngineDialect[sqlite3.Connection]):
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=NORMAL")
+            register_actor_functions(conn)
+            shared = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND upper(name) = ?", (PROVIDER_LEDGER,)
+            ).fetchone()
+            self.etl_craft_times = shared is not None
         except sqlite3.Error as exc:
             raise self.classify(exc) from None
         except OSError as exc:
@@ -188,6 +199,31 @@ class SqliteDialect(EngineDialect[sqlite3.Connection]):
 
     def table_names_query(self) -> tuple[str, tuple[Any, ...]]:
         return "SELECT upper(name) FROM sqlite_master WHERE type = 'table'", ()
+
+
+def register_actor_functions(conn: sqlite3.Connection) -> None:
+    """The functions etl-craft's SQLite triggers and column defaults call (etl-craft registers the same on its
+    own connections): the actor of the writes, its kind, the purpose (never ``retention`` here) and the
+    migration being applied, from :mod:`~airflow_provider_etl_craft.engine.actor`; and the bookkeeping that
+    keeps its CFG_ audit triggers from treating their own stamping UPDATE as a change. See
+    docs/etl-craft-parity.md, "Sharing an Engine DB"."""
+    inserting: set[str] = set()
+
+    def enter(table: str) -> int:
+        inserting.add(table)
+        return 1
+
+    def leave(table: str) -> int:
+        inserting.discard(table)
+        return 1
+
+    conn.create_function("etl_craft_actor", 0, lambda: actor.current().name, deterministic=True)
+    conn.create_function("etl_craft_actor_kind", 0, lambda: actor.current().kind, deterministic=True)
+    conn.create_function("etl_craft_purpose", 0, lambda: "", deterministic=True)
+    conn.create_function("etl_craft_migration", 0, lambda: actor.current().migration, deterministic=True)
+    conn.create_function("etl_craft_enter_insert", 1, enter)
+    conn.create_function("etl_craft_exit_insert", 1, leave)
+    conn.create_function("etl_craft_inserting", 1, lambda table: table in inserting)
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html).

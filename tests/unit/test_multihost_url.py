@@ -72,7 +72,7 @@ def test_one_host_without_a_target_is_as_before() -> None:
         ("h1,h2:5x", "host 2 of 2 ('h2:5x'): the port is not a number"),
         ("[::1,h2", "host 1 of 2 ('[::1'): the host is not a valid bracketed IPv6 address"),
         ("h1,[::1]5432", "host 2 of 2 ('[::1]5432'): the host is not a valid bracketed IPv6 address"),
-        ("h1,[pg.internal]", "the host is not a valid bracketed IPv6 address"),
+        ("h1,[pg.internal]", "host 2 of 2 ('[pg.internal]'): the host is not a valid bracketed IPv6 address"),
         ("h1,::1", "host 2 of 2 ('::1'): the host is not a valid bracketed IPv6 address; write an IPv6 address in "
                    "brackets"),
         ("h1,:5432", "host 2 of 2 (':5432') has no host name"),

@@ -223,3 +223,15 @@ def test_load_balancing_with_a_libpq_older_than_16_is_refused_naming_both_versio
         dialect.login()
     assert "load_balance_hosts=random, which needs libpq 16.0 or newer" in str(info.value)
     assert "uses libpq 15.8" in str(info.value) and "Engine.prod.jdbc_url" in str(info.value)
+
+
+def test_sts_takes_one_host_as_its_token_is_signed_for_one_host_name(tmp_path: Path) -> None:
+    write_config(
+        tmp_path,
+        f"Engine:\n  prod:\n    jdbc_url: {TWO}?targetServerType=primary\n    schema: etl\n    user: etl_iam\n"
+        "    auth_mode: sts\n    region: eu-west-1\n",
+    )
+    dialect = dialect_for(load_engine_profile(tmp_path / "craft-connector.yml"))
+    with pytest.raises(ConfigurationError) as info:
+        dialect.connect_kwargs()  # type: ignore[attr-defined]
+    assert "names 2 hosts; give one host (the RDS or Aurora cluster endpoint" in str(info.value)

@@ -70,6 +70,12 @@ class StsAuth(AuthMode):
     def _target(profile: ProfileView) -> PostgresTarget:
         target = profile.target
         assert isinstance(target, PostgresTarget)
+        if target.other_hosts:  # libpq sends one password to every host it tries
+            raise ConfigurationError(
+                f"{profile.origin}: {profile.setting('auth_mode')} is 'sts', whose RDS token is signed for one "
+                f"host name, but {profile.setting('jdbc_url')} names {len(target.hosts)} hosts; give one host (the "
+                "RDS or Aurora cluster endpoint, which follows a failover)"
+            )
         return target
 
     @staticmethod

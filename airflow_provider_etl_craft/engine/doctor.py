@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_etl_craft.auth import AUTH_KEYS, AuthMode, keys_in
 from airflow_provider_etl_craft.config.load import ConnectorFile, load_connector_file
@@ -32,7 +33,7 @@ from airflow_provider_etl_craft.config.profile import (
 from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, SettingSource, build_source
 from airflow_provider_etl_craft.engine.dialects import EngineDialect, dialect_for
 from airflow_provider_etl_craft.engine.url import PostgresTarget, Target
-from airflow_provider_etl_craft.errors import EtlCraftError
+from airflow_provider_etl_craft.errors import ConfigurationError, EtlCraftError
 
 
 class Status(enum.Enum):
@@ -384,6 +385,24 @@ def _kind(target: Target) -> Check:
     )
 
 
+def _reached(dialect: EngineDialect, conn: Any) -> str:
+    """On PostgreSQL, which server the session is on and that it is the primary (a multi-host URL names
+    several); a standby is refused, since the provider writes on every step."""
+    from airflow_provider_etl_craft.engine.dialects.postgresql import PostgresDialect
+
+    if not isinstance(dialect, PostgresDialect):
+        return ""
+    with dialect.classified(conn):
+        server, standby = dialect.reached(conn)
+    if standby:
+        raise ConfigurationError(
+            f"{dialect.describe()} reached {server}, a standby (in recovery), which accepts no writes, and the "
+            "provider writes on every step; point jdbc_url at the primary (with several hosts: "
+            "targetServerType=primary)"
+        )
+    return f"; reached {server}, the primary"
+
+
 # -- the Engine DB -------------------------------------------------------------------------------------------
 
 
@@ -409,8 +428,15 @@ def engine_db_checks(dialect: EngineDialect, migrations_dir: str | Path | None =
             *not_checked(ENGINE_DB_CHECKS[1:], f"needs {CONNECTION_CHECK}, which failed"),
         ]
     who = f" as {profile.user}" if profile.user else ""
-    checks = [ok(CONNECTION_CHECK, f"{dialect.describe()}{who}")]
     with closing(conn):
+        try:
+            reached = _reached(dialect, conn)
+        except EtlCraftError as exc:
+            return [
+                fail(CONNECTION_CHECK, str(exc)),
+                *not_checked(ENGINE_DB_CHECKS[1:], f"needs {CONNECTION_CHECK}, which failed"),
+            ]
+        checks = [ok(CONNECTION_CHECK, f"{dialect.describe()}{who}{reached}")]
         try:
             with dialect.classified(conn):
                 dialect.require_schema(conn)

@@ -139,7 +139,7 @@ class EngineDBHook(DbApiHook):
         target = self.engine_profile.target
         if isinstance(target, PostgresTarget):
             user = f"{self.engine_profile.user}@" if self.engine_profile.user else ""
-            return f"postgresql://{user}{target.host}:{target.port}/{target.database}"
+            return f"postgresql://{user}{target.servers()}/{target.database}"
         return f"sqlite:///{target.path}"
 
     def lock(

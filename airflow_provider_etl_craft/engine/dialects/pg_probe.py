@@ -4,8 +4,9 @@ libpq reports a failed connection as text only: no SQLSTATE, and the server's pa
 ``lc_messages``. To classify the failure by code, the dialect asks the server the way libpq starts a session:
 TCP; an ``SSLRequest`` unless ``sslmode=disable`` (verifying the certificate as ``verify-ca``/``verify-full``
 ask, against the same ``sslrootcert``); then a ``StartupMessage`` with the same user, database and startup
-parameters. The probe sends no password, key or token, and closes before authenticating. The first answer
-tells what happened:
+parameters. The probe sends no password, key or token, and closes before authenticating. With several
+hosts (a multi-host ``jdbc_url``) the dialect asks each of them in turn, as libpq tried them, and weighs the
+answers. The first answer of a host tells what happened there:
 
 * no TCP connection: the Engine DB is unreachable;
 * the certificate does not verify: a TLS configuration error;

@@ -18,7 +18,12 @@ from airflow_provider_etl_craft.engine import actor, locks
 from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver, Row
 from airflow_provider_etl_craft.engine.dialects import pg_probe
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
-from airflow_provider_etl_craft.engine.url import PostgresTarget
+from airflow_provider_etl_craft.engine.url import (
+    LOAD_BALANCE_LIBPQ,
+    SESSION_ATTRS,
+    PostgresTarget,
+    host_port,
+)
 from airflow_provider_etl_craft.errors import (
     ConfigurationError,
     EngineDBError,
@@ -116,8 +121,7 @@ class PostgresDialect(EngineDialect[PgConnection]):
             "connect_timeout": DEFAULT_CONNECT_TIMEOUT,
             "application_name": DEFAULT_APPLICATION_NAME,
             **target.settings,
-            "host": target.host,
-            "port": target.port,
+            **target.driver_hosts(),
             "dbname": target.database,
             **auth_kwargs,
         }
@@ -150,9 +154,48 @@ class PostgresDialect(EngineDialect[PgConnection]):
         return conn
 
     def login(self, create: bool = False) -> PgConnection:
-        conn = self._open(self._driver_module())
+        driver = self._driver_module()
+        self._check_libpq(driver)
+        conn = self._open(driver)
         conn.autocommit = True
         return conn
+
+    def _check_libpq(self, driver: PgDriver) -> None:
+        """The URL's multi-host settings need a libpq that knows them (libpq would refuse the keyword).
+
+        :raises ConfigurationError: naming the setting, the libpq it needs and the one the driver has.
+        """
+        from airflow_provider_etl_craft.auth.sso import libpq_version_text
+
+        settings = self.target.settings
+        version = _libpq_version(driver)
+        needs = [
+            (key, value, oldest)
+            for key, value, oldest in (
+                ("load_balance_hosts", settings.get("load_balance_hosts"), LOAD_BALANCE_LIBPQ),
+                ("target_session_attrs", settings.get("target_session_attrs"), 0),
+            )
+            if value is not None
+        ]
+        for key, value, oldest in needs:
+            oldest = oldest or SESSION_ATTRS.get(value, 0)
+            if version < oldest:
+                raise ConfigurationError(
+                    f"{self.profile.origin}: {self.profile.setting('jdbc_url')} sets {key}={value}, which needs "
+                    f"libpq {libpq_version_text(oldest)} or newer; the driver "
+                    f"{getattr(driver, '__name__', 'psycopg2')} uses libpq {libpq_version_text(version)}: install "
+                    "a newer psycopg2-binary (or psycopg2 built against a newer libpq), or remove the setting"
+                )
+
+    def reached(self, conn: PgConnection) -> tuple[str, bool]:
+        """The server this session is on (``host:port``, from the server's side; ``local socket`` over a Unix
+        socket) and whether it is a standby (in recovery), for ``check`` to name the host of a multi-host URL."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT host(inet_server_addr()), inet_server_port(), pg_is_in_recovery()")
+            row = cur.fetchone()
+        assert row is not None  # a SELECT without FROM returns one row
+        address, port, in_recovery = row
+        return ("local socket" if address is None else host_port(address, port)), bool(in_recovery)
 
     def require_schema(self, conn: PgConnection) -> None:
         with conn.cursor() as cur:
@@ -161,7 +204,7 @@ class PostgresDialect(EngineDialect[PgConnection]):
         if found is None:
             raise ConfigurationError(
                 f'schema "{self.profile.schema}" ({self.profile.setting("schema")}) does not exist in database '
-                f'"{self.target.database}" on {self.target.host}:{self.target.port}; the provider never creates '
+                f'"{self.target.database}" on {self.target.servers()}; the provider never creates '
                 f"schemas: ask an administrator to run CREATE SCHEMA {self.profile.schema}; and grant your role "
                 "CREATE on it"
             )
@@ -310,7 +353,8 @@ class PostgresDialect(EngineDialect[PgConnection]):
         if code == _READ_ONLY_TRANSACTION:
             return ConfigurationError(
                 f"the Engine DB {where} accepts no writes ({said}): jdbc_url reaches a standby or a read-only "
-                "database; point it at the primary (add target_session_attrs=read-write with several hosts)"
+                "database; point it at the primary (with several hosts: targetServerType=primary, libpq's "
+                "target_session_attrs=read-write)"
             )
         if matches(_MISSING):
             if conn is not None:  # a table is "missing" too when the role may not use its schema
@@ -343,23 +387,25 @@ class PostgresDialect(EngineDialect[PgConnection]):
             for k in ("application_name", "options", "client_encoding")
             if target.settings.get(k)
         } or {"application_name": DEFAULT_APPLICATION_NAME}
-        answer = pg_probe.ask(
-            target.host,
-            target.port,
-            target.database,
-            profile.user,
-            startup,
-            target.settings,
-            max(1.0, min(timeout, 10.0)),
-        )
-        login_refused = answer.asked_login or locks.sqlstate(exc) in _LOGIN_REFUSED
-        return self._refusal(exc, answer), login_refused
+        answers = [
+            (host_port(host, port), pg_probe.ask(
+                host, port, target.database, profile.user, startup, target.settings, max(1.0, min(timeout, 10.0))
+            ))
+            for host, port in target.hosts
+        ]  # fmt: skip
+        login_refused = any(a.asked_login for _, a in answers) or locks.sqlstate(exc) in _LOGIN_REFUSED
+        return self._refusal(exc, *_deciding(answers)), login_refused
 
-    def _refusal(self, exc: Exception, answer: pg_probe.ServerAnswer) -> Exception:
-        """The error for a failed connect, given the server's answer to the probe."""
-        detail = (str(exc).strip().splitlines() or ["no detail"])[0]
+    def _refusal(self, exc: Exception, answer: pg_probe.ServerAnswer, hosts_note: str = "") -> Exception:
+        """The error for a failed connect, given the server's answer to the probe (of several hosts, the one
+        :func:`_deciding` chose, which ``hosts_note`` names)."""
+        lines = str(exc).strip().splitlines() or ["no detail"]
         target, profile = self.target, self.profile
-        where = f"{self.describe()} as {profile.user or 'the default role'} ({profile.describe()})"
+        # libpq writes one unindented line per host it tried (hints indented): shown, never read.
+        detail = "; ".join(ln.strip() for ln in lines if ln[:1].strip()) if target.other_hosts else lines[0]
+        where = (
+            f"{self.describe()}{hosts_note} as {profile.user or 'the default role'} ({profile.describe()})"
+        )
         if not answer.reachable:
             return EngineUnreachableError(
                 f"cannot reach the Engine DB {where}: {detail}; check host, port and network (a retry may succeed)"
@@ -399,9 +445,14 @@ class PostgresDialect(EngineDialect[PgConnection]):
             return ConfigurationError(f"the Engine DB {where} refused the session before the login ({said})")
         # It asked for a login: the refusal came at or after authentication, which PostgreSQL reports only in
         # text (wrong secret, unknown role, no pg_hba entry for the method, unknown database, connection limits).
+        several = (
+            "; or no host that took the login is the primary (libpq's message says which refused and why)"
+            if target.other_hosts
+            else ""
+        )
         return ConfigurationError(
             f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and its secret or files, "
-            "the database name, and the role's and database's connection limits"
+            f"the database name, and the role's and database's connection limits{several}"
         )
 
     @contextmanager
@@ -573,6 +624,32 @@ _SET_ACTOR_FOR_CALL = (
 def _actor_params() -> tuple[str, str, str]:
     who = actor.current()
     return who.name, who.kind, who.migration
+
+
+def _deciding(answers: list[tuple[str, pg_probe.ServerAnswer]]) -> tuple[pg_probe.ServerAnswer, str]:
+    """Of the probe's answers (one per host, in the URL's order), the one that explains the failure, and a note
+    naming its host and the hosts not reached (empty for a single host).
+
+    libpq failed on every host. A host that refused outright (a SQLSTATE, a certificate) says more than one that
+    asked for a login (the login may have been refused, or the server was a standby libpq skipped); none reached:
+    unreachable.
+    """
+    if len(answers) == 1:
+        return answers[0][1], ""
+    reached = [(host, a) for host, a in answers if a.reachable]
+    if not reached:
+        return answers[0][1], " (no host reachable)"
+    host, answer = next(((h, a) for h, a in reached if a.sqlstate or a.tls_error), reached[0])
+    missed = [h for h, a in answers if not a.reachable]
+    return answer, f" (answer of {host}" + (f"; not reachable: {', '.join(missed)})" if missed else ")")
+
+
+def _libpq_version(driver: PgDriver) -> int:
+    """The libpq the driver is built with (psycopg2) or loaded (psycopg 3), as ``PQlibVersion`` gives it."""
+    version = getattr(driver, "__libpq_version__", None)
+    if version is None:
+        version = driver.pq.version()  # type: ignore[attr-defined]
+    return int(version)
 
 
 def _lock_wait(lock_timeout: float | None) -> str:

@@ -135,9 +135,11 @@ class EngineChangeTrigger(BaseTrigger):
         engine, conn, listening = await sync_to_async(self._open)()
         try:
             watch = await asyncio.to_thread(Watch.of, engine, conn, self.pipeline_code)
+            # The counter is read before the fingerprint (as LISTEN comes before it in _open): a commit between
+            # the two reads then moves the counter and is looked at, instead of falling between them.
+            counter = await asyncio.to_thread(engine.change_counter, conn)
             if await asyncio.to_thread(watch.state, conn) != self.seen:
                 return True
-            counter = await asyncio.to_thread(engine.change_counter, conn)
             while True:
                 if listening:
                     await _readable(conn.fileno(), self.poll_interval)

@@ -21,7 +21,7 @@ import psycopg2
 import pytest
 
 from airflow_provider_etl_craft.runs import RunIdentity
-from airflow_provider_etl_craft.runs.changes import watch_state
+from airflow_provider_etl_craft.runs.changes import Watch, watch_state
 from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
 from tests.conftest import EngineSetup, pg_profile_yaml, write_config
 from tests.fixtures.fix_pg import REQUIRE_ENV, PgCluster, PgDatabase, PostgresUnavailable, find_bindir
@@ -122,6 +122,29 @@ def test_the_end_of_the_waited_run_wakes_the_trigger(waited: EngineSetup) -> Non
     assert not running.fired()
     finish(waited)
     assert running.result(30) == {"status": "changed", "pipeline_code": WAITED, "deadline": None}
+
+
+def test_a_finish_committed_while_the_trigger_reads_the_fingerprint_still_wakes_it(
+    waited: EngineSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finish commits right after the trigger's first fingerprint read (which saw the run still open):
+    what the trigger watches for changes (LISTEN, SQLite's data_version) was set up before that read, so the
+    commit is seen; reading SQLite's counter after the fingerprint left this commit in between, unseen."""
+    original = Watch.state
+    calls: list[int] = []
+
+    def state_then_finish(self: Watch, conn: Any) -> list[int]:
+        found = original(self, conn)
+        calls.append(len(calls))
+        if len(calls) == 1:
+            finish(waited)  # another connection commits the end of the waited run now
+        return found
+
+    before = seen(waited)
+    monkeypatch.setattr(Watch, "state", state_then_finish)
+    running = Running(trigger(before))
+    assert running.result(30) == {"status": "changed", "pipeline_code": WAITED, "deadline": None}
+    assert len(calls) >= 2  # looked again after the change was signalled
 
 
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)

@@ -24,9 +24,17 @@ class ConfigurationError(EtlCraftError):
 
 
 class EngineUnreachableError(ConfigurationError):
-    """The Engine DB did not answer; a retry may succeed once it is back."""
+    """The Engine DB did not answer; a retry may succeed once it is back.
+
+    ``in_doubt``: the session was lost under a write's COMMIT, so the write may have been committed; a retried
+    step recognises its own write (docs/high-availability.md, "In-doubt commits").
+    """
 
     retryable = True
+
+    def __init__(self, message: str, *, in_doubt: bool = False) -> None:
+        super().__init__(message)
+        self.in_doubt = in_doubt
 
 
 class MetadataError(EtlCraftError):

@@ -17,7 +17,7 @@ from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import actor, locks
 from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver, Row
 from airflow_provider_etl_craft.engine.dialects import pg_probe
-from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, SessionLost, StatementResult
 from airflow_provider_etl_craft.engine.url import (
     LOAD_BALANCE_LIBPQ,
     SESSION_ATTRS,
@@ -46,6 +46,8 @@ _MISSING = ("42P01", "42703", "3F000", "42883")
 _INSUFFICIENT_PRIVILEGE = "42501"
 _INVALID_CATALOG = "3D000"
 _READ_ONLY_TRANSACTION = "25006"
+#: SQLSTATEs of the server ending the session: admin_shutdown, crash_shutdown, cannot_connect_now.
+_SESSION_ENDED = ("57P01", "57P02", "57P03")
 #: SQLSTATEs of a refused login (invalid_password, invalid_authorization_specification), if the driver has one.
 _LOGIN_REFUSED = ("28P01", "28000")
 #: libpq settings sent as startup parameters that connection poolers refuse unless their
@@ -315,8 +317,31 @@ class PostgresDialect(EngineDialect[PgConnection]):
         finally:
             cur.close()
 
+    def session_lost(self, exc: BaseException) -> bool:
+        """A driver error without a SQLSTATE (psycopg reports a broken session so: server gone, TLS closed,
+        network cut), connection_exception (class 08), or the server ending the session (57P01 admin_shutdown,
+        57P02 crash_shutdown, 57P03 cannot_connect_now)."""
+        if isinstance(exc, SessionLost):
+            return True
+        driver = self._driver_module()
+        code = locks.sqlstate(exc)
+        if code is None:
+            return isinstance(exc, (driver.OperationalError, driver.InterfaceError))
+        return code.startswith("08") or code in _SESSION_ENDED
+
+    def reconnects(self, exc: BaseException) -> bool:
+        """A lost session, or 25006 read_only_sql_transaction: a standby or a demoted primary answered a write,
+        so the primary has moved (or is moving); a new connection finds it."""
+        return self.session_lost(exc) or locks.sqlstate(exc) == _READ_ONLY_TRANSACTION
+
     def classify(self, exc: BaseException, conn: PgConnection | None = None) -> EtlCraftError:
-        """By SQLSTATE (see the module's tables); a driver error without one after login lost the session."""
+        """By SQLSTATE (see the module's tables); a driver error without one after login lost the session.
+
+        A :class:`SessionLost` (the session ended under a COMMIT) is reported as in doubt.
+        """
+        in_doubt = isinstance(exc, SessionLost)
+        if isinstance(exc, SessionLost):
+            exc = exc.cause
         code = locks.sqlstate(exc)
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         role = self.profile.user or "the default role"
@@ -333,10 +358,17 @@ class PostgresDialect(EngineDialect[PgConnection]):
                 f"the database driver refused a command on {where} ({type(exc).__name__}: "
                 f"{detail}); this is a defect of the provider: please report it"
             )
-        if code is None or matches(_GONE):
-            # psycopg reports a broken session (server gone, TLS closed, network cut) without a SQLSTATE.
+        if in_doubt:
             return EngineUnreachableError(
-                f"lost the Engine DB {where} in the middle of a command ({said}); nothing of that command was "
+                f"lost the Engine DB {where} while it committed a write ({said}): the write is in doubt, committed "
+                "or not; a retry of the step recognises its own write if it was committed "
+                '(docs/high-availability.md, "In-doubt commits")',
+                in_doubt=True,
+            )
+        if code is None or matches(_GONE):
+            # The server rolls back the open transaction of a session that ends before its COMMIT.
+            return EngineUnreachableError(
+                f"lost the Engine DB {where} in the middle of a command ({said}); its transaction was not "
                 "committed; a retry may succeed once the server answers again"
             )
         if matches(_CONFLICT):
@@ -494,13 +526,13 @@ class PostgresDialect(EngineDialect[PgConnection]):
     def start_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> Row | None:
         if not self.at_once_forms:
             return None
-        rows = self.execute(conn, _START_ATTEMPT, params).rows
+        rows = self.write_alone(conn, _START_ATTEMPT, params).rows
         return rows[0] if rows else None
 
     def end_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> int | None:
         if not self.at_once_forms:
             return None
-        return self.execute(conn, _END_ATTEMPT, (*params, CHANGE_CHANNEL, self._notice_prefix)).rowcount
+        return self.write_alone(conn, _END_ATTEMPT, (*params, CHANGE_CHANNEL, self._notice_prefix)).rowcount
 
     # -- change notices: LISTEN/NOTIFY on CHANGE_CHANNEL, payload "<schema>:<PIPELINE_ID>" --------------------
 
@@ -586,8 +618,9 @@ class PostgresDialect(EngineDialect[PgConnection]):
         *values, by, kind = params
         cur = conn.cursor()
         try:
-            cur.execute(text, (by, kind, key, _lock_wait(lock_timeout), *values))
-            return cur.fetchone()
+            with self.committing():  # the call is its own transaction: a session lost under it is in doubt
+                cur.execute(text, (by, kind, key, _lock_wait(lock_timeout), *values))
+                return cur.fetchone()
         except self.database_error() as exc:
             code = locks.sqlstate(exc)
             if code == locks.LOCK_NOT_AVAILABLE:

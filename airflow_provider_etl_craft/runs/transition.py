@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from airflow_provider_etl_craft.engine import actor
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
-from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, SessionLost
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError, StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import clean_text
@@ -229,10 +229,14 @@ def _repeated_when_lost(entry: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             lost = exc
         step = type(self).__name__
+        if isinstance(lost, SessionLost):
+            what = "its commit is in doubt"
+        elif self.engine.session_lost(lost):
+            what = "its session was lost"
+        else:
+            what = "a standby answered it"
         log.warning(
-            "etl-craft: the Engine DB session was lost under %s (%s); sending it again on a new connection",
-            step,
-            self.engine.classify(lost),
+            "etl-craft: %s: %s (%s); sending it again on a new connection", step, what, first_line(lost)
         )
         try:
             self.conn = self.reconnect(step)

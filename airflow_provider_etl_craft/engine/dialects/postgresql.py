@@ -70,6 +70,13 @@ _READ_ONLY_TRANSACTION = "25006"
 _SESSION_ENDED = ("57P01", "57P02", "57P03")
 #: SQLSTATEs of a refused login (invalid_password, invalid_authorization_specification), if the driver has one.
 _LOGIN_REFUSED = ("28P01", "28000")
+_INVALID_PASSWORD = "28P01"
+#: too_many_connections: no connection slot for this login (the server's, or the role's or database's limit).
+_TOO_MANY_CONNECTIONS = "53300"
+#: libpq settings that ask more of the server than the probe checks (:mod:`.pg_probe`): with one of them, a
+#: probe that got a session does not show that libpq would have.
+_STRICTER_THAN_PROBE = ("channel_binding", "require_auth", "requirepeer", "sslcrl", "sslcrldir",
+                        "ssl_min_protocol_version", "ssl_max_protocol_version")  # fmt: skip
 #: libpq settings sent as startup parameters that connection poolers refuse unless their
 #: ``ignore_startup_parameters`` lists them (PgBouncer passes only client_encoding, DateStyle, TimeZone,
 #: standard_conforming_strings and application_name; RDS Proxy pins or refuses the rest).
@@ -486,9 +493,16 @@ class PostgresDialect(EngineDialect[PgConnection]):
             for k in ("application_name", "options", "client_encoding")
             if target.settings.get(k)
         } or {"application_name": DEFAULT_APPLICATION_NAME}
+        login = pg_probe.Login(
+            password=auth_kwargs.get("password"),
+            cert=auth_kwargs.get("sslcert") or target.settings.get("sslcert"),
+            key=auth_kwargs.get("sslkey") or target.settings.get("sslkey"),
+            key_password=auth_kwargs.get("sslpassword"),
+        )
         answers = [
             (host_port(host, port), pg_probe.ask(
-                host, port, target.database, profile.user, startup, target.settings, max(1.0, min(timeout, 10.0))
+                host, port, target.database, profile.user, startup, target.settings, max(1.0, min(timeout, 10.0)),
+                login,
             ))
             for host, port in target.hosts
         ]  # fmt: skip
@@ -498,7 +512,14 @@ class PostgresDialect(EngineDialect[PgConnection]):
             no_primary = self._no_primary(driver, auth_kwargs, answers)
             if no_primary is not None:
                 return no_primary, False
-        login_refused = any(a.asked_login for _, a in answers) or locks.sqlstate(exc) in _LOGIN_REFUSED
+        # The login itself was refused: a credential the probe could not try, or one the server refused (28xxx).
+        login_refused = (
+            any(
+                a.asked_login and not a.logged_in and (a.sqlstate is None or a.sqlstate.startswith("28"))
+                for _, a in answers
+            )
+            or locks.sqlstate(exc) in _LOGIN_REFUSED
+        )
         return self._refusal(exc, *_deciding(answers)), login_refused
 
     def _no_primary(
@@ -596,6 +617,16 @@ class PostgresDialect(EngineDialect[PgConnection]):
             answer.sqlstate,
             f"SQLSTATE {answer.sqlstate}: {answer.message}" if answer.sqlstate else detail,
         )
+        if code == _TOO_MANY_CONNECTIONS:
+            stage = "after the login" if answer.logged_in else "before the login"
+            return failover_error(
+                "server_full",
+                f"the Engine DB {where} is full: it has no connection slot free for this login, {stage} ({said}); "
+                "every connection the server allows (max_connections less its reserved slots), or the CONNECTION "
+                "LIMIT of the role or of the database, is taken; a retry may succeed once other sessions end; if "
+                "this persists, raise that limit or open fewer sessions (Airflow pools, deferred waits, other "
+                "clients of the role)",
+            )
         if code is not None and (code.startswith("53") or code in ("57P01", "57P02", "57P03")):
             return failover_error(
                 "not_accepting",
@@ -615,6 +646,11 @@ class PostgresDialect(EngineDialect[PgConnection]):
                 "ignore_startup_parameters lists it: remove it from jdbc_url (the provider sets the Engine schema in "
                 "every transaction itself); if no pooler is in between, check user, auth_mode and its secret or files"
             )
+        if code == _INVALID_PASSWORD:  # the server checked the credential and refused it
+            return ConfigurationError(
+                f"the Engine DB refused the login to {where} ({said}): the secret is wrong for this role, or the "
+                "role does not exist or may not log in; check user, auth_mode and its secret"
+            )
         if code is not None and code.startswith("28"):  # no pg_hba.conf entry (or method) for this login
             return ConfigurationError(
                 f"the Engine DB refused the login to {where} ({said}); check user, auth_mode, sslmode and the "
@@ -622,8 +658,15 @@ class PostgresDialect(EngineDialect[PgConnection]):
             )
         if code is not None:  # refused before any login, for a reason of its own
             return ConfigurationError(f"the Engine DB {where} refused the session before the login ({said})")
-        # It asked for a login: the refusal came at or after authentication, which PostgreSQL reports only in
-        # text (wrong secret, unknown role, no pg_hba entry for the method, unknown database, connection limits).
+        if answer.took_session and not any(k in target.settings for k in _STRICTER_THAN_PROBE):
+            # The same login opened a session a moment after libpq's failed: what refused it has passed.
+            return failover_error(
+                "refusal_passed",
+                f"the Engine DB {where} refused the session ({detail}), then took the same login a moment later: "
+                "what refused it has passed (connection slots freed, a server restarted); a retry may succeed",
+            )
+        # It asked for a login the probe could not finish (no password; GSSAPI, OAuth): the refusal came at or
+        # after authentication, which PostgreSQL reports then only in text.
         several = (
             "; or no host that took the login is the primary (libpq's message says which refused and why)"
             if target.other_hosts

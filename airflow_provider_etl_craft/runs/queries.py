@@ -46,12 +46,18 @@ _PIPELINES = (
     "SELECT PIPELINE_ID, PIPELINE_CODE, PIPELINE_NAME, ACTIVE_FLAG, SLA_IN_HOURS FROM CFG_PIPELINES "
     "ORDER BY PIPELINE_CODE, CASE WHEN ACTIVE_FLAG = 'Y' THEN 0 ELSE 1 END, PIPELINE_ID DESC"
 )
-#: The newest run of every pipeline code (across its retired rows too).
+#: The newest run of every ``CFG_PIPELINES`` row, read per pipeline through IX_AUD_PIPELINES_RUN_LOG_LATEST
+#: (PIPELINE_ID, PIPELINE_RUN_ID DESC): one index probe and one primary-key read per pipeline row, however long
+#: the history. A code's newest run is the highest of its rows' (retired rows too), picked in Python.
+#: The pipeline is matched as a range of one value, not by ``=``: PostgreSQL then cannot drop PIPELINE_ID from
+#: the ORDER BY, so only that index gives the order, and it never walks the primary key backwards through all
+#: newer history looking for a pipeline whose last run is old (a retired one). SQLite reads it the same way.
 _LATEST_RUNS = (
-    "SELECT p.PIPELINE_CODE, r.PIPELINE_RUN_ID, r.STATUS, r.RUN_KEY, r.RUN_DATE, r.START_DATE, r.END_DATE, "
-    "r.SLA_STATUS FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
-    "WHERE r.PIPELINE_RUN_ID IN (SELECT MAX(r2.PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG r2 "
-    "JOIN CFG_PIPELINES p2 ON p2.PIPELINE_ID = r2.PIPELINE_ID GROUP BY p2.PIPELINE_CODE)"
+    "SELECT l.PIPELINE_CODE, r.PIPELINE_RUN_ID, r.STATUS, r.RUN_KEY, r.RUN_DATE, r.START_DATE, r.END_DATE, "
+    "r.SLA_STATUS FROM (SELECT p.PIPELINE_CODE, (SELECT r2.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r2 "
+    "WHERE r2.PIPELINE_ID >= p.PIPELINE_ID AND r2.PIPELINE_ID <= p.PIPELINE_ID "
+    "ORDER BY r2.PIPELINE_ID, r2.PIPELINE_RUN_ID DESC LIMIT 1) AS LATEST_RUN_ID FROM CFG_PIPELINES p) l "
+    "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = l.LATEST_RUN_ID"
 )
 _TASK_RUNS = (
     "SELECT tr.PIPELINE_RUN_ID, tr.TASK_RUN_ID, t.TASK_CODE, tr.STATUS, tr.ATTEMPT_COUNT, tr.SOURCE_COUNT, "
@@ -301,12 +307,19 @@ class RunQueries:
         """Every pipeline code (its active row, else its newest retired one) with open pause and newest run."""
         t = self.engine.from_db_time
         pauses = {int(row[0]): Pause.from_db(self.engine, row[1:]) for row in self._rows(Pause.ALL_OPEN)}
-        latest = {
-            row[0]: LatestRun(
-                int(row[1]), row[2], row[3], self.engine.from_db_date(row[4]), t(row[5]), t(row[6]), row[7]
-            )
-            for row in self._rows(_LATEST_RUNS)
-        }
+        latest: dict[str, LatestRun] = {}
+        for row in self._rows(_LATEST_RUNS):
+            known = latest.get(row[0])
+            if known is None or int(row[1]) > known.pipeline_run_id:
+                latest[row[0]] = LatestRun(
+                    int(row[1]),
+                    row[2],
+                    row[3],
+                    self.engine.from_db_date(row[4]),
+                    t(row[5]),
+                    t(row[6]),
+                    row[7],
+                )
         chosen: dict[str, Pipeline] = {}
         for row in self._rows(_PIPELINES):
             chosen.setdefault(row[1], Pipeline.from_db(row))

@@ -249,8 +249,8 @@ def pg_config(tmp_path: Path, db: PgDatabase, url: str) -> EngineSetup:
 
 @pytest.mark.postgres
 def test_a_database_that_does_not_exist_is_a_permanent_login_refusal(make_engine, tmp_path: Path) -> None:
-    """PostgreSQL checks the database after the login and says so in text only: a CONFIGURATION error that
-    quotes the server and lists what to check, with no retry."""
+    """PostgreSQL checks the database after the login (SQLSTATE 3D000, which the provider's probe reads by
+    finishing the login): a CONFIGURATION error that names the database and the fix, with no retry."""
     db = make_engine("postgresql").database
     cluster = db.cluster
     setup = pg_config(
@@ -259,7 +259,9 @@ def test_a_database_that_does_not_exist_is_a_permanent_login_refusal(make_engine
     with pytest.raises(ConfigurationError) as caught:
         setup.hook().get_conn()
     assert type(caught.value) is ConfigurationError and not caught.value.retryable
-    assert "no_such_db" in str(caught.value) and "the database name" in str(caught.value)
+    message = str(caught.value)
+    assert "SQLSTATE 3D000" in message and "database 'no_such_db' does not exist there" in message, message
+    assert db.password not in message
 
 
 @pytest.mark.postgres

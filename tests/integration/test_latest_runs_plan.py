@@ -1,0 +1,102 @@
+"""The pipelines overview reads each pipeline's newest run through an index, not by grouping all history
+(issue 26): on both dialects the plan of the latest-runs query reads AUD_PIPELINES_RUN_LOG only through
+IX_AUD_PIPELINES_RUN_LOG_LATEST and its primary key, and the answer is the newest run of every code, a
+retired pipeline row's runs included.
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from typing import Any
+
+import pytest
+
+from airflow_provider_etl_craft.runs.queries import _LATEST_RUNS, RunQueries
+from tests.conftest import EngineSetup
+from tests.reliability.conftest import pipeline_sql
+
+PIPELINES = 12
+RUNS_PER_PIPELINE = 1500
+INDEX = "IX_AUD_PIPELINES_RUN_LOG_LATEST"
+
+#: Runs of every pipeline row, interleaved (ids grow across pipelines as real history does): run n of the
+#: history goes to pipeline row n % rows, with a RUN_KEY unique per pipeline.
+_HISTORY = {
+    "sqlite": (
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1), "
+        "p AS (SELECT PIPELINE_ID, ROW_NUMBER() OVER (ORDER BY PIPELINE_ID) - 1 AS k, COUNT(*) OVER () AS c "
+        "FROM CFG_PIPELINES) "
+        "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, STATUS, RUN_KEY, START_DATE, END_DATE) "
+        "SELECT p.PIPELINE_ID, CASE WHEN n.i % 7 = 0 THEN 'FAILED' ELSE 'SUCCESS' END, 'k' || n.i, "
+        "'2026-01-01T00:00:00+00:00', '2026-01-01T00:01:00+00:00' FROM n JOIN p ON n.i % p.c = p.k ORDER BY n.i"
+    ),
+    "postgresql": (
+        "WITH p AS (SELECT PIPELINE_ID, ROW_NUMBER() OVER (ORDER BY PIPELINE_ID) - 1 AS k, COUNT(*) OVER () AS c "
+        "FROM CFG_PIPELINES) "
+        "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, STATUS, RUN_KEY, START_DATE, END_DATE) "
+        "SELECT p.PIPELINE_ID, CASE WHEN n.i % 7 = 0 THEN 'FAILED' ELSE 'SUCCESS' END, 'k' || n.i, "
+        "now(), now() FROM generate_series(0, ? - 1) AS n(i) JOIN p ON n.i % p.c = p.k ORDER BY n.i"
+    ),
+}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest, make_engine: Any) -> EngineSetup:
+    setup: EngineSetup = make_engine(request.param)
+    folder = setup.config_path.parent / "migrations"
+    folder.mkdir()
+    text = "".join(pipeline_sql(f"P{n:02}", ["WORK"]) for n in range(PIPELINES))
+    # A retired row of P00 next to its active one: the code's newest run may be either's.
+    text += "UPDATE CFG_PIPELINES SET ACTIVE_FLAG = 'N' WHERE PIPELINE_CODE = 'P00';\n" + pipeline_sql(
+        "P00", []
+    )
+    (folder / "0001_pipelines.sql").write_text(text, encoding="utf-8")
+    setup.hook().migrate(folder)
+    hook = setup.hook()
+    with closing(hook.engine.connect()) as conn:
+        hook.engine.execute(conn, _HISTORY[setup.dialect], (RUNS_PER_PIPELINE * (PIPELINES + 1),))
+        hook.engine.execute(conn, "ANALYZE")  # the planner knows how many runs there are
+    return setup
+
+
+def plan(setup: EngineSetup) -> list[str]:
+    hook = setup.hook()
+    explain = "EXPLAIN QUERY PLAN " if setup.dialect == "sqlite" else "EXPLAIN "
+    with closing(hook.engine.connect()) as conn:
+        rows = hook.engine.query(conn, explain + _LATEST_RUNS)
+    return [str(row[-1] if setup.dialect == "sqlite" else row[0]) for row in rows]
+
+
+def test_the_latest_runs_query_reads_the_run_table_only_through_indexes(engine: EngineSetup) -> None:
+    """PostgreSQL: no Seq Scan of the run table after ANALYZE; SQLite: no full SCAN of it; both use the index."""
+    steps = plan(engine)
+    text = "\n".join(steps)
+    assert INDEX.lower() in text.lower(), text
+    if engine.dialect == "postgresql":
+        assert not any("seq scan on aud_pipelines_run_log" in s.lower() for s in steps), text
+        assert not any(s.strip().startswith("->  Sort") or s.startswith("Sort") for s in steps), text
+    else:
+        assert [s for s in steps if s.startswith("SCAN")] == ["SCAN p"], text  # p: CFG_PIPELINES
+        assert not any("TEMP B-TREE" in s for s in steps), text  # no sort: the index gives the order
+
+
+def test_the_newest_run_of_each_code_is_unchanged(engine: EngineSetup) -> None:
+    """Each code's newest run as a full read of the history finds it (P00: of its retired and active rows)."""
+    hook = engine.hook()
+    with closing(hook.engine.connect()) as conn:
+        every = hook.engine.query(
+            conn,
+            "SELECT p.PIPELINE_CODE, r.PIPELINE_RUN_ID, r.STATUS FROM AUD_PIPELINES_RUN_LOG r "
+            "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID",
+        )
+        summaries = RunQueries(hook.engine, conn).pipelines()
+    newest: dict[str, tuple[int, str]] = {}
+    for code, run_id, status in every:
+        if code not in newest or int(run_id) > newest[code][0]:
+            newest[code] = (int(run_id), status)
+    got = {
+        s.pipeline_code: (s.latest_run.pipeline_run_id, s.latest_run.status)
+        for s in summaries
+        if s.latest_run
+    }
+    assert got == newest and len(got) == PIPELINES

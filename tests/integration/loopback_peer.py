@@ -7,7 +7,10 @@ Modes (``python -m tests.integration.loopback_peer MODE [HOST PORT]``; it prints
 * ``silent``: accepts each connection and never answers (nor closes), as a proxy whose backend hangs;
 * ``cut``: relays to the server at HOST PORT and closes both sides when the client sends its first
   query (a ``Q`` message after the startup), so the session is lost after the login and before the
-  first statement; it needs ``sslmode=disable`` to read the protocol.
+  first statement; it needs ``sslmode=disable`` to read the protocol;
+* ``full-once``: answers the first connection's startup message as a server with no slot left does (an
+  ``ErrorResponse`` with SQLSTATE 53300, before any login), then relays every later connection to the
+  server at HOST PORT unchanged, as a server whose slot was freed a moment later; ``sslmode=disable``.
 
 :class:`Peer` starts one for a test and stops it (by its own process) afterwards.
 """
@@ -91,6 +94,22 @@ def _cut(client: socket.socket, upstream: tuple[str, int]) -> None:
         sock.close()
 
 
+def _refuse_full(client: socket.socket) -> None:
+    """Read the startup message; answer it with a FATAL 53300 and close, as a server with no slot left."""
+    with contextlib.suppress(OSError):
+        (length,) = struct.unpack("!I", _recv_exactly(client, 4))
+        _recv_exactly(client, length - 4)
+        fields = b"SFATAL\0VFATAL\0C53300\0Msorry, too many clients already\0\0"
+        client.sendall(b"E" + struct.pack("!I", 4 + len(fields)) + fields)
+    client.close()
+
+
+def _relay(client: socket.socket, upstream: tuple[str, int]) -> None:
+    server = socket.create_connection(upstream)
+    threading.Thread(target=_pump, args=(server, client), daemon=True).start()
+    _pump(client, server)
+
+
 def _serve(mode: str, upstream: tuple[str, int] | None) -> None:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -107,6 +126,12 @@ def _serve(mode: str, upstream: tuple[str, int] | None) -> None:
             client.close()
         elif mode == "silent":
             held.append(client)  # never answered, never closed
+        elif mode == "full-once" and not held:
+            held.append(client)
+            _refuse_full(client)
+        elif mode == "full-once":
+            assert upstream is not None
+            threading.Thread(target=_relay, args=(client, upstream), daemon=True).start()
         else:
             assert upstream is not None
             threading.Thread(target=_cut, args=(client, upstream), daemon=True).start()

@@ -27,6 +27,7 @@ from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs import RunIdentity
 from tests.conftest import write_config
 from tests.fixtures.fix_pg import CERT_ROLE, PgCluster, PgDatabase, _server_os_user, _write, find_bindir
+from tests.integration.loopback_peer import Peer
 
 pytestmark = pytest.mark.postgres
 
@@ -251,3 +252,25 @@ def test_a_wrong_password_stays_a_permanent_refused_login_by_its_sqlstate(
     assert wrong not in message
     with pytest.raises(_compat.fail_exception()), airflow_outcome(), hook.lifecycle() as lc:
         lc.claim("ANY", RunIdentity("full", "run-1"))
+
+
+def test_a_refusal_that_has_passed_when_the_probe_logs_in_is_retryable(
+    db: PgDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq refused (a full server's answer), and the probe's own login a moment later opened a session:
+    ``refusal_passed``, retryable; the next call works."""
+    monkeypatch.setenv(SECRET_VAR, db.password)
+    with Peer("full-once", db.cluster.host, db.cluster.port) as peer:
+        cluster = db.cluster
+        url = f"jdbc:postgresql://{cluster.host}:{peer.port}/{db.name}?sslmode=disable"
+        text = (
+            f"Engine:\n  full:\n    jdbc_url: {url}\n    schema: {db.schema}\n    user: {db.user}\n"
+            f"    auth_mode: password\n    secret: {SECRET_VAR}\n"
+        )
+        hook = EngineDBHook.from_config(write_config(tmp_path, text))
+        with pytest.raises(EngineUnreachableError) as caught:
+            hook.get_conn()
+        error = caught.value
+        assert error.retryable and error.case == "refusal_passed", (error.case, str(error))
+        assert "then took the same login a moment later" in str(error) and db.password not in str(error)
+        hook.get_conn().close()

@@ -631,7 +631,7 @@ class PostgresDialect(EngineDialect[PgConnection]):
             return failover_error(
                 "not_accepting",
                 f"the Engine DB {where} does not take sessions now ({said}): it is starting up, shutting down, "
-                "in recovery (a standby being promoted) or out of connections; a retry may succeed",
+                "in recovery (a standby being promoted) or short of a resource; a retry may succeed",
             )
         if code == _INVALID_CATALOG:
             return ConfigurationError(
@@ -656,8 +656,9 @@ class PostgresDialect(EngineDialect[PgConnection]):
                 f"the Engine DB refused the login to {where} ({said}); check user, auth_mode, sslmode and the "
                 "server's pg_hba.conf entry for this role and database"
             )
-        if code is not None:  # refused before any login, for a reason of its own
-            return ConfigurationError(f"the Engine DB {where} refused the session before the login ({said})")
+        if code is not None:  # refused for a reason of its own
+            stage = "after the login" if answer.logged_in else "before the login"
+            return ConfigurationError(f"the Engine DB {where} refused the session {stage} ({said})")
         if answer.took_session and not any(k in target.settings for k in _STRICTER_THAN_PROBE):
             # The same login opened a session a moment after libpq's failed: what refused it has passed.
             return failover_error(

@@ -33,11 +33,6 @@ _RUNS = (
 _RECENT_RUNS = (
     _RUNS + "WHERE p.PIPELINE_CODE = ? AND r.PIPELINE_RUN_ID < ? ORDER BY r.PIPELINE_RUN_ID DESC LIMIT ?"
 )
-_CURRENT_OR_LATEST_RUN = (
-    _RUNS
-    + "WHERE p.PIPELINE_CODE = ? "
-    + "ORDER BY CASE WHEN r.STATUS = 'IN-PROGRESS' THEN 0 ELSE 1 END, r.PIPELINE_RUN_ID DESC LIMIT 1"
-)
 _RUN_BY_ID = _RUNS + "WHERE r.PIPELINE_RUN_ID = ?"
 #: A run key is unique per pipeline, so one Airflow DAG run may be the Engine run of several pipelines.
 _RUNS_BY_KEY = _RUNS + "WHERE r.RUN_KEY = ? ORDER BY r.PIPELINE_RUN_ID"
@@ -58,6 +53,18 @@ _LATEST_RUNS = (
     "WHERE r2.PIPELINE_ID >= p.PIPELINE_ID AND r2.PIPELINE_ID <= p.PIPELINE_ID "
     "ORDER BY r2.PIPELINE_ID, r2.PIPELINE_RUN_ID DESC LIMIT 1) AS LATEST_RUN_ID FROM CFG_PIPELINES p) l "
     "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = l.LATEST_RUN_ID"
+)
+#: A code's IN-PROGRESS run, else its newest: chosen among few candidates, each read through an index (the
+#: newest run of each of the code's rows as in :data:`_LATEST_RUNS`, and the IN-PROGRESS runs through
+#: UX_AUD_PIPELINES_RUN_LOG_IN_PROGRESS), never by sorting the pipeline's history. Parameters: the code twice.
+_CURRENT_OR_LATEST_RUN = (
+    _RUNS  # noqa: S608 - constant text, parameters as placeholders
+    + "WHERE r.PIPELINE_RUN_ID IN (SELECT (SELECT r2.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r2 "
+    + "WHERE r2.PIPELINE_ID >= p2.PIPELINE_ID AND r2.PIPELINE_ID <= p2.PIPELINE_ID "
+    + "ORDER BY r2.PIPELINE_ID, r2.PIPELINE_RUN_ID DESC LIMIT 1) FROM CFG_PIPELINES p2 WHERE p2.PIPELINE_CODE = ? "
+    + "UNION ALL SELECT r3.PIPELINE_RUN_ID FROM CFG_PIPELINES p3 JOIN AUD_PIPELINES_RUN_LOG r3 "
+    + "ON r3.PIPELINE_ID = p3.PIPELINE_ID AND r3.STATUS = 'IN-PROGRESS' WHERE p3.PIPELINE_CODE = ?) "
+    + "ORDER BY CASE WHEN r.STATUS = 'IN-PROGRESS' THEN 0 ELSE 1 END, r.PIPELINE_RUN_ID DESC LIMIT 1"
 )
 _TASK_RUNS = (
     "SELECT tr.PIPELINE_RUN_ID, tr.TASK_RUN_ID, t.TASK_CODE, tr.STATUS, tr.ATTEMPT_COUNT, tr.SOURCE_COUNT, "
@@ -338,7 +345,7 @@ class RunQueries:
 
     def current_or_latest_run(self, code: str) -> RunInfo | None:
         """The pipeline's IN-PROGRESS run, else its newest run, with its details (None: no runs)."""
-        runs = self._detailed(self._rows(_CURRENT_OR_LATEST_RUN, (code,)))
+        runs = self._detailed(self._rows(_CURRENT_OR_LATEST_RUN, (code, code)))
         return runs[0][1] if runs else None
 
     def recent_runs(self, code: str, limit: int, before: int | None = None) -> RunsPage:

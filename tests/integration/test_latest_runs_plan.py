@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_etl_craft.runs.queries import _LATEST_RUNS, RunQueries
+from airflow_provider_etl_craft.runs.queries import _CURRENT_OR_LATEST_RUN, _LATEST_RUNS, RunQueries
 from tests.conftest import EngineSetup
 from tests.reliability.conftest import pipeline_sql
 
@@ -59,25 +59,37 @@ def engine(request: pytest.FixtureRequest, make_engine: Any) -> EngineSetup:
     return setup
 
 
-def plan(setup: EngineSetup) -> list[str]:
+def plan(setup: EngineSetup, query: str, params: tuple[Any, ...]) -> list[str]:
     hook = setup.hook()
     explain = "EXPLAIN QUERY PLAN " if setup.dialect == "sqlite" else "EXPLAIN "
     with closing(hook.engine.connect()) as conn:
-        rows = hook.engine.query(conn, explain + _LATEST_RUNS)
+        rows = hook.engine.query(conn, explain + query, params)
     return [str(row[-1] if setup.dialect == "sqlite" else row[0]) for row in rows]
 
 
 def test_the_latest_runs_query_reads_the_run_table_only_through_indexes(engine: EngineSetup) -> None:
-    """PostgreSQL: no Seq Scan of the run table after ANALYZE; SQLite: no full SCAN of it; both use the index."""
-    steps = plan(engine)
+    """PostgreSQL: no Seq Scan of the run table after ANALYZE and no sort; SQLite: no full SCAN of it and no
+    sort; both read the newest run through the index."""
+    steps = plan(engine, _LATEST_RUNS, ())
     text = "\n".join(steps)
     assert INDEX.lower() in text.lower(), text
     if engine.dialect == "postgresql":
         assert not any("seq scan on aud_pipelines_run_log" in s.lower() for s in steps), text
-        assert not any(s.strip().startswith("->  Sort") or s.startswith("Sort") for s in steps), text
+        assert not any(s.strip().removeprefix("->  ").startswith("Sort") for s in steps), text
     else:
         assert [s for s in steps if s.startswith("SCAN")] == ["SCAN p"], text  # p: CFG_PIPELINES
         assert not any("TEMP B-TREE" in s for s in steps), text  # no sort: the index gives the order
+
+
+def test_the_current_or_latest_run_of_one_pipeline_reads_no_history(engine: EngineSetup) -> None:
+    """``status``'s query: the candidates come through indexes; only they are sorted, never the run table."""
+    steps = plan(engine, _CURRENT_OR_LATEST_RUN, ("P01", "P01"))
+    text = "\n".join(steps)
+    assert INDEX.lower() in text.lower(), text
+    if engine.dialect == "postgresql":
+        assert not any("seq scan on aud_pipelines_run_log" in s.lower() for s in steps), text
+    else:
+        assert not [s for s in steps if s.startswith("SCAN") and s.split()[1] in ("r", "r2", "r3")], text
 
 
 def test_the_newest_run_of_each_code_is_unchanged(engine: EngineSetup) -> None:
@@ -100,3 +112,21 @@ def test_the_newest_run_of_each_code_is_unchanged(engine: EngineSetup) -> None:
         if s.latest_run
     }
     assert got == newest and len(got) == PIPELINES
+
+
+def test_status_shows_the_in_progress_run_else_the_newest(engine: EngineSetup) -> None:
+    """An older run of P00's retired row set IN-PROGRESS wins over every newer run; without it, the newest."""
+    hook = engine.hook()
+    with closing(hook.engine.connect()) as conn:
+        queries = RunQueries(hook.engine, conn)
+        newest = queries.current_or_latest_run("P00")
+        assert newest is not None
+        (oldest,) = hook.engine.query(conn, "SELECT MIN(PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG")
+        hook.engine.execute(
+            conn,
+            "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = 'IN-PROGRESS' WHERE PIPELINE_RUN_ID = ?",
+            (oldest[0],),
+        )
+        running = queries.current_or_latest_run("P00")
+    assert running is not None and running.pipeline_run_id == oldest[0] and running.status == "IN-PROGRESS"
+    assert newest.pipeline_run_id > oldest[0] and newest.status != "IN-PROGRESS"

@@ -102,6 +102,13 @@ class WaitHub:
                     failures = await self._backoff(failures, exc)
                 finally:
                     await asyncio.to_thread(close_quietly, conn)
+        except (
+            Exception
+        ) as exc:  # a defect: every wait fails with it (the triggerer logs it) instead of hanging
+            for waiter in self.waiters:
+                if not waiter.done.done():
+                    waiter.done.set_exception(exc)
+            raise
         finally:
             _HUBS.pop(self.key, None)
 

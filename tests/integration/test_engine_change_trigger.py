@@ -268,3 +268,14 @@ def _safe(check: Any, *args: Any) -> bool:
         return bool(check(*args))
     except psycopg2.OperationalError:
         return False
+
+
+def test_a_defect_in_the_shared_hub_fails_the_wait_instead_of_hanging_it(
+    waited: EngineSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any) -> list[list[int]]:
+        raise ValueError("a defect in the hub")
+
+    monkeypatch.setattr(wait_hub, "read_fingerprints", broken)
+    with pytest.raises(ValueError, match="a defect in the hub"):
+        Running(trigger(seen(waited))).result(30)

@@ -102,13 +102,10 @@ class WaitHub:
                     failures = await self._backoff(failures, exc)
                 finally:
                     await asyncio.to_thread(close_quietly, conn)
-        except (
-            Exception
-        ) as exc:  # a defect: every wait fails with it (the triggerer logs it) instead of hanging
+        except Exception as exc:  # noqa: BLE001 - a defect: each wait fails with it, none hangs
             for waiter in self.waiters:
                 if not waiter.done.done():
                     waiter.done.set_exception(exc)
-            raise
         finally:
             _HUBS.pop(self.key, None)
 

@@ -44,12 +44,16 @@ def migration_sql() -> str:
     )
 
 
+def jdbc_url(pair: PgPair, database: str) -> str:
+    """Both nodes in PgJDBC's multi-host form; only the primary is taken (a standby is skipped)."""
+    return f"jdbc:postgresql://{pair.hosts}/{database}?targetServerType=primary&sslmode=require&connect_timeout=3"
+
+
 def profile_yaml(pair: PgPair, database: str, name: str = "failover") -> str:
-    """A craft-connector.yml profile naming both nodes (PgJDBC's multi-host form, primary only)."""
+    """A craft-connector.yml profile on the multi-host URL of the pair."""
     return (
         f"Engine:\n  {name}:\n"
-        f"    jdbc_url: jdbc:postgresql://{pair.hosts}/{database}?targetServerType=primary&sslmode=require"
-        "&connect_timeout=3\n"
+        f"    jdbc_url: {jdbc_url(pair, database)}\n"
         f"    schema: {SCHEMA}\n    user: {USER}\n    auth_mode: password\n    secret: {SECRET_VAR}\n"
     )
 

@@ -79,20 +79,28 @@ def acknowledged(folder: Path) -> int:
 
 
 def run_through(
-    engine: FailoverEngine, pool: Pool, tmp_path: Path, operation: str
+    engine: FailoverEngine, pool: Pool, tmp_path: Path, operation: str, cut_first: bool = False
 ) -> tuple[Path, Watch, float]:
     """Start the workload, ``operation`` ("fail_over"/"switch_over") the pair midway, stop the workers after
-    SECONDS_AFTER more seconds; returns the journal folder, the watch and the promotion's wall-clock time."""
+    SECONDS_AFTER more seconds; returns the journal folder, the watch and the promotion's wall-clock time.
+
+    ``cut_first``: before the failover, cut the standby off an asynchronous primary and let STEPS_BEFORE more
+    steps be acknowledged that the standby never receives."""
     folder = tmp_path / "journals"
     folder.mkdir()
     stop = tmp_path / "stop"
     job = pool.send(workers.workload, engine.setup, range(WORKERS), pipelines=PIPELINES,
-                    journal_dir=str(folder), stop_file=str(stop))  # fmt: skip
+                    journal_dir=str(folder), stop_file=str(stop),
+                    gate_wait=3.0 if cut_first else workers.GATE_WAIT)  # fmt: skip
     watch = Watch(engine)
     try:
         pump_until(
             job, watch, lambda: acknowledged(folder) >= STEPS_BEFORE, 60.0, "steps before the failover"
         )
+        if cut_first:
+            engine.pair.cut_replication()
+            more = acknowledged(folder) + STEPS_BEFORE
+            pump_until(job, watch, lambda: acknowledged(folder) >= more, 60.0, "steps the standby misses")
         getattr(engine.pair, operation)()
         promoted = engine.pair.promoted_wall
         after = time.monotonic() + SECONDS_AFTER
@@ -121,8 +129,16 @@ def pump_until(job: Job, watch: Watch, done: Any, timeout: float, what: str) -> 
         watch.sample()
 
 
-def judge(engine: FailoverEngine, folder: Path, watch: Watch, promoted: float) -> dict[str, Any]:
-    """Every problem of the issue's list, all at once (the assertion names each); returns a summary."""
+def judge(engine: FailoverEngine, folder: Path, watch: Watch, promoted: float) -> None:
+    """Fail with every problem found, each named, and the summary."""
+    problems, summary = examine(engine, folder, watch, promoted)
+    assert not problems, "\n".join([f"{len(problems)} problem(s); summary {summary}", *problems[:60]])
+
+
+def examine(
+    engine: FailoverEngine, folder: Path, watch: Watch, promoted: float
+) -> tuple[list[str], dict[str, Any]]:
+    """Every problem of the issue's list, all at once, and a summary of the workload."""
     events = journal(folder)
     ok = [e for e in events if e["kind"] == "ok"]
     errors = [e for e in events if e["kind"] == "error"]
@@ -164,8 +180,10 @@ def judge(engine: FailoverEngine, folder: Path, watch: Watch, promoted: float) -
                 problems.append(f"lost skip: {e} (Engine: {task_run})")
         elif step == "finish":
             run = runs.get(key)
-            if run is None or run[2] != e["status"] or e["status"] != "SUCCESS":
+            if run is None or run[2] != e["status"]:
                 problems.append(f"lost finish: {e} (Engine: {run})")
+            elif e["status"] != "SUCCESS":
+                problems.append(f"run finished {e['status']}: {e}")
 
     # 2. Nothing doubled: one attempt per try, one SUCCESS attempt per task run (the try Airflow saw succeed),
     #    one consumption row per edge and downstream attempt, and per edge and consumed upstream run.
@@ -230,8 +248,7 @@ def judge(engine: FailoverEngine, folder: Path, watch: Watch, promoted: float) -
         "samples": watch.samples,
     }
     print(f"\nfailover summary: {summary}")
-    assert not problems, "\n".join([f"{len(problems)} problem(s); summary {summary}", *problems[:60]])
-    return summary
+    return problems, summary
 
 
 def test_a_crashed_primary_fails_over_and_every_acknowledged_step_survives(
@@ -252,3 +269,16 @@ def test_a_switchover_hands_over_cleanly_and_the_old_primary_streams_again(
     assert pair.primary is not old and pair.standby is old and old.in_recovery()
     assert pair.sync_state() == "sync"  # the old primary is the new one's synchronous standby
     judge(failover_engine, folder, watch, promoted)
+
+
+def test_the_tier_sees_what_an_asynchronous_standby_loses(
+    failover_engine: FailoverEngine, failover_pool: Pool, tmp_path: Path
+) -> None:
+    """The tier's own check: with the standby cut off an asynchronous primary, steps the workers saw succeed
+    are missing after the failover, and the judgement names them (what synchronous replication prevents)."""
+    folder, watch, promoted = run_through(
+        failover_engine, failover_pool, tmp_path, "fail_over", cut_first=True
+    )
+    problems, summary = examine(failover_engine, folder, watch, promoted)
+    lost = [p for p in problems if p.startswith("lost ")]
+    assert lost, f"nothing acknowledged was lost, yet the standby missed {STEPS_BEFORE} steps: {summary}"

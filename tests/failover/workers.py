@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
 from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
@@ -30,8 +31,10 @@ Report = Callable[[str, Any], None]
 DAG_ID = "failover_dag"
 #: Airflow's retry delay between two tries of a step (kept short: the window is seconds long).
 RETRY_DELAY = 0.2
-#: Tries of one step before the worker gives up on it (journaled as GAVE_UP; the test fails on it).
+#: Tries of one step before the worker gives up on it (journaled as gave_up; the test fails on it): after
+#: retryable or untyped errors, and after errors Airflow would not retry.
 MAX_TRIES = 200
+FINAL_TRIES = 3
 LOCK_TIMEOUT = 10.0
 #: Seconds a task waits for an upstream pipeline's run to end (a cross-pipeline task edge).
 GATE_WAIT = 90.0
@@ -93,55 +96,81 @@ class Steps:
         return described
 
 
+def _final(error: BaseException) -> bool:
+    """A typed error Airflow does not retry (``retryable`` False): the task fails for good."""
+    return isinstance(error, EtlCraftError) and not error.retryable
+
+
+class Tries:
+    """Airflow's retries of one step: a retryable or untyped error is retried up to MAX_TRIES times; an error
+    Airflow would not retry is tried FINAL_TRIES times (to keep the workload going; the test flags it)."""
+
+    def __init__(self) -> None:
+        self.retried = self.final = 0
+
+    def failed(self, error: BaseException) -> bool:
+        """Count a failure; whether the step may be tried again."""
+        if _final(error):
+            self.final += 1
+        else:
+            self.retried += 1
+        return self.final < FINAL_TRIES and self.retried < MAX_TRIES
+
+
 def _retry(steps: Steps, step: str, call: Callable[[RunLifecycle], Any], **ctx: Any) -> Any:
-    """The same step until it is acknowledged (a claim or a finish retried by Airflow)."""
-    for _ in range(MAX_TRIES):
+    """The same step until it is acknowledged (a claim or a finish retried by Airflow); None if given up."""
+    tries = Tries()
+    while True:
         ok, result = steps(step, call, **ctx)
         if ok:
             return result
+        if not tries.failed(result):
+            steps.journal.write("gave_up", step=step, t=time.time(), worker=steps.worker, **ctx)
+            return None
         time.sleep(RETRY_DELAY)
-    steps.journal.write("gave_up", step=step, t=time.time(), **ctx)
-    raise AssertionError(f"{step} {ctx} not acknowledged in {MAX_TRIES} tries")
 
 
-def _run_task(steps: Steps, pipeline: str, task: str, identity: RunIdentity, rows: int) -> str:
+def _run_task(
+    steps: Steps, pipeline: str, task: str, identity: RunIdentity, rows: int, gate_wait: float
+) -> str:
     """One task through Airflow's tries: start try n, end it SUCCESS; a failed start or end moves to try n+1.
-    Returns Airflow's final state of the task ("success" or "skipped")."""
+    Returns Airflow's final state of the task ("success", "skipped", or "failed" once given up)."""
     try_number = 1
     ctx = {"pipeline": pipeline, "task": task, "run_key": identity.run_key}
-    failures = 0
-    wait_until = time.monotonic() + GATE_WAIT
-    while failures < MAX_TRIES and time.monotonic() < wait_until:
+    tries = Tries()
+    wait_until = time.monotonic() + gate_wait
+    while time.monotonic() < wait_until:
         ok, started = steps("start", lambda lc, n=try_number: lc.start_task(pipeline, task, identity, n),
                             try_number=try_number, **ctx)  # fmt: skip
-        if not ok:
-            if isinstance(started, GateWaiting):  # an upstream runs: the sensor pokes again, same try
-                time.sleep(0.05)
-                continue
-            if isinstance(started, GateSkipped):  # recorded SKIPPED by the Engine; Airflow skips the task
-                steps.journal.write(
-                    "ok", step="skipped", t=time.time(), worker=steps.worker, try_number=try_number, **ctx
-                )
-                return "skipped"
-            failures += 1
-            try_number += 1
-            time.sleep(RETRY_DELAY)
-            continue
-        handle = started
-        counts = TaskCounts(rows_written=rows)
-        ok, _ = steps("end", lambda lc, h=handle, c=counts: lc.finish_task(h, "SUCCESS", c),
-                      try_number=try_number, attempt_id=handle.attempt_id, **ctx)  # fmt: skip
         if ok:
-            return "success"
-        failures += 1
+            handle = started
+            counts = TaskCounts(rows_written=rows)
+            ok, error = steps("end", lambda lc, h=handle, c=counts: lc.finish_task(h, "SUCCESS", c),
+                              try_number=try_number, attempt_id=handle.attempt_id, **ctx)  # fmt: skip
+            if ok:
+                return "success"
+        elif isinstance(started, GateWaiting):  # an upstream runs: the sensor pokes again, same try
+            time.sleep(0.05)
+            continue
+        elif isinstance(started, GateSkipped):  # recorded SKIPPED by the Engine; Airflow skips the task
+            steps.journal.write(
+                "ok", step="skipped", t=time.time(), worker=steps.worker, try_number=try_number, **ctx
+            )
+            return "skipped"
+        else:
+            error = started
+        if not tries.failed(error):
+            break
         try_number += 1
         time.sleep(RETRY_DELAY)
-    steps.journal.write("gave_up", step="task", t=time.time(), **ctx)
-    raise AssertionError(f"task {ctx} not done after {failures} failed tries")
+    steps.journal.write(
+        "gave_up", step="task", t=time.time(), worker=steps.worker, try_number=try_number, **ctx
+    )
+    return "failed"
 
 
 def workload(hook: EngineDBHook, report: Report, *, index: int, pipelines: dict[str, list[str]],
-             journal_dir: str, stop_file: str) -> None:  # fmt: skip
+             journal_dir: str, stop_file: str, gate_wait: float = GATE_WAIT) -> None:  # fmt: skip
     """Claim, record and finish runs of random ``pipelines`` with run keys of our own until ``stop_file``
     exists; a run that was claimed is always recorded and finished. Reports ``RUNS`` (how many finished)."""
     rng = random.Random(index)
@@ -156,12 +185,14 @@ def workload(hook: EngineDBHook, report: Report, *, index: int, pipelines: dict[
         n += 1
         outcome = _retry(steps, "claim", lambda lc, p=pipeline, i=identity: lc.claim(p, i),
                          pipeline=pipeline, run_key=identity.run_key)  # fmt: skip
+        if outcome is None:  # the claim failed for good: Airflow fails the DAG run, nothing to finish
+            continue
         if outcome.action == "BLOCKED":
             time.sleep(rng.uniform(0.01, 0.05))
             continue
         states = {}
         for k, task in enumerate(pipelines[pipeline]):
-            states[task] = _run_task(steps, pipeline, task, identity, rows=100 * n + k)
+            states[task] = _run_task(steps, pipeline, task, identity, 100 * n + k, gate_wait)
         _retry(steps, "finish", lambda lc, p=pipeline, i=identity, s=states: lc.finish_run(p, i, s),
                pipeline=pipeline, run_key=identity.run_key)  # fmt: skip
         finished += 1

@@ -9,6 +9,9 @@ class EtlCraftError(Exception):
     exit_code: int = 1
     status_name: str = "FAILURE"
     retryable: bool = True
+    #: A short stable name of the situation where the class alone does not say it (the failover cases of
+    #: docs/failover-errors.md, e.g. ``peer_closed``), for operators' logs and for tests; None otherwise.
+    case: str | None = None
 
 
 class TaskFailedError(EtlCraftError):
@@ -24,9 +27,20 @@ class ConfigurationError(EtlCraftError):
 
 
 class EngineUnreachableError(ConfigurationError):
-    """The Engine DB did not answer; a retry may succeed once it is back."""
+    """The Engine DB did not answer, or not as a primary (a failover under way); a retry may succeed once it is
+    back. ``case`` names which of the cases of docs/failover-errors.md it was.
+
+    ``in_doubt``: the session was lost under a write's COMMIT, so the write may have been committed; a retried
+    step recognises its own write (docs/high-availability.md, "In-doubt commits").
+    """
 
     retryable = True
+
+    def __init__(self, message: str, *, case: str | None = None, in_doubt: bool = False) -> None:
+        super().__init__(message)
+        if case is not None:
+            self.case = case
+        self.in_doubt = in_doubt
 
 
 class MetadataError(EtlCraftError):

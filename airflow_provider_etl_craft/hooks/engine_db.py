@@ -173,10 +173,18 @@ class EngineDBHook(DbApiHook):
     def lifecycle(self, lock_timeout: float | None = RUN_LOCK_TIMEOUT) -> Iterator[RunLifecycle]:
         """The run lifecycle (claim, task attempts, finish) on a fresh connection, closed on exit.
 
-        Driver errors inside the block leave it as the provider's typed errors (``EngineDialect.classify``).
+        Driver errors, the connect's included, leave the block as the provider's typed errors
+        (``EngineDialect.classify``). A step whose session is lost is sent once more on a new connection
+        (docs/high-availability.md, "In-doubt commits").
         """
-        with closing(self.engine.connect()) as conn, self.engine.classified(conn):
-            yield RunLifecycle(self.engine, conn, lock_timeout)
+        with self.engine.classified():
+            conn = self.engine.connect()
+        lifecycle = RunLifecycle(self.engine, conn, lock_timeout, self.engine.reconnect)
+        try:
+            with self.engine.classified(conn):
+                yield lifecycle
+        finally:
+            lifecycle.conn.close()
 
     # common-sql's sql.pyi declares -> None, while its own test_connection returns (status, message) too.
     def test_connection(self) -> tuple[bool, str]:  # type: ignore[override]

@@ -15,7 +15,12 @@ from airflow_provider_etl_craft.runs.transition import Transition
 
 
 class ParkAttempt(Transition):
-    """Park the live attempt QUEUED while no worker runs its try (a reschedule or a deferral)."""
+    """Park the live attempt QUEUED while no worker runs its try (a reschedule or a deferral).
+
+    Repeatable after a lost session: an attempt already QUEUED under the handle's owner is its own.
+    """
+
+    repeatable = True
 
     def __call__(self, handle: AttemptHandle, note: str) -> None:
         """Park the live attempt QUEUED while Airflow reschedules or defers this try (no worker runs it).
@@ -26,13 +31,13 @@ class ParkAttempt(Transition):
         :raises StaleTransitionError: the attempt is no longer this try's (closed by a later try or finish).
         """
         now_db = self.now()[1]
-        updated = self.engine.execute(
+        updated = self.engine.write_alone(
             self.conn,
             "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'QUEUED', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "
             "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = 'RUNNING'",
             (now_db, now_db, clean_text(note), handle.attempt_id, handle.owner_id),
         ).rowcount
-        if updated != 1:
+        if updated != 1 and not left_as(self, handle, "QUEUED"):
             raise closed_by_someone_else(handle)
 
 
@@ -51,7 +56,14 @@ class _Ending:
 
 class EndAttempt(Transition):
     """End the attempt and copy it to its task run (one statement where the dialect has one, else one
-    transaction)."""
+    transaction).
+
+    Repeatable after a lost session, and idempotent for the same handle: an attempt that already ended with
+    the same status under the handle's owner was ended by this call (its reply was lost); nothing is written
+    twice, consumption included.
+    """
+
+    repeatable = True
 
     def __call__(
         self,
@@ -93,10 +105,14 @@ class EndAttempt(Transition):
             )
             updated = self.engine.end_attempt_at_once(self.conn, at_once)
             if updated is not None:
-                if updated != 1:
+                if updated != 1 and not left_as(self, handle, ending.attempt_status):
                     raise closed_by_someone_else(handle)
                 return
-        self._in_transaction(handle, ending, map_count, consume)
+        try:
+            self._in_transaction(handle, ending, map_count, consume)
+        except StaleTransitionError:
+            if not left_as(self, handle, ending.attempt_status):
+                raise
 
     def _in_transaction(
         self, handle: AttemptHandle, ending: _Ending, map_count: int | None, consume: bool
@@ -175,6 +191,18 @@ def settle_mapped(
         ),
     )
     return settled.status
+
+
+def left_as(transition: Transition, handle: AttemptHandle, status: str) -> bool:
+    """Whether the handle's attempt is already ``status`` under the handle's owner: the same call's effect,
+    committed while its reply was lost (nobody else writes that owner; a later try or the finish closes it
+    LOST)."""
+    rows = transition.engine.query(
+        transition.conn,
+        "SELECT STATUS FROM AUD_TASK_ATTEMPTS WHERE ATTEMPT_ID = ? AND OWNER_ID = ?",
+        (handle.attempt_id, handle.owner_id),
+    )
+    return bool(rows) and rows[0][0] == status
 
 
 def closed_by_someone_else(handle: AttemptHandle) -> StaleTransitionError:

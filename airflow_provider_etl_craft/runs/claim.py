@@ -28,7 +28,13 @@ _RUN_OF_PIPELINE = (
 
 
 class Claim(Transition):
-    """Bind a DAG run to its Engine run, under the ``pipeline:<code>`` lock."""
+    """Bind a DAG run to its Engine run, under the ``pipeline:<code>`` lock.
+
+    Repeatable after a lost session: a run its first send created is RESUMED by the run key; one it
+    recorded SKIPPED is known by its START_DATE, the step's own time.
+    """
+
+    repeatable = True
 
     def __call__(
         self,
@@ -160,6 +166,12 @@ class Claim(Transition):
         mine = next((r for r in rows if r.run_key == identity.run_key), None)
         if mine is not None and mine.status == "IN-PROGRESS":
             return ClaimOutcome("RESUMED", mine.pipeline_run_id)
+        if mine is not None and self.repeating and self.stamped(mine.start_date):
+            return ClaimOutcome(
+                "SKIPPED",
+                mine.pipeline_run_id,
+                reason=f"{mine.describe()} was recorded by this claim before its reply was lost",
+            )
         blocking = next((r for r in rows if r.status == "IN-PROGRESS"), None)
         if blocking is not None:
             return ClaimOutcome("BLOCKED", blocking=blocking)

@@ -33,7 +33,13 @@ _TASKS_OF_RUN = (
 
 
 class FinishRun(Transition):
-    """End the keyed run under the pipeline lock, in one transaction, as Airflow saw its tasks."""
+    """End the keyed run under the pipeline lock, in one transaction, as Airflow saw its tasks.
+
+    Repeatable after a lost session: a run already ended is reported with its recorded status; one that ended
+    since the step began is taken for the step's own end (not ``already_ended``).
+    """
+
+    repeatable = True
 
     def __call__(
         self,
@@ -56,7 +62,7 @@ class FinishRun(Transition):
             DAG run says (teardown tasks without ``on_failure_fail_dagrun``), like ``EMAIL_ALERT`` tasks.
         :raises RunStateError: no run with this key.
         """
-        if not map_states:
+        if not map_states and not self.repeating:  # a repeat reads the run's END_DATE (below)
             done = self._at_once(pipeline_code, identity, airflow_states, not_deciding)
             if done is not None:
                 return done
@@ -69,8 +75,17 @@ class FinishRun(Transition):
                 )
             run, sla_status, sla_hours = self.run_row(row[: RunRow.WIDTH]), *row[RunRow.WIDTH :]
             if run.status != "IN-PROGRESS":
+                # Ended since this step began: by its first send, whose reply was lost (the one-call form stamps
+                # the later of the step's time and the server's clock, so the time alone cannot prove it).
+                began = self.engine.from_db_time(self.now()[1])
+                mine = (
+                    self.repeating
+                    and run.end_date is not None
+                    and began is not None
+                    and run.end_date >= began
+                )
                 return FinishOutcome(
-                    run.pipeline_run_id, run.status, already_ended=True, sla_status=sla_status
+                    run.pipeline_run_id, run.status, already_ended=not mine, sla_status=sla_status
                 )
             now, now_db = self.now()
             lost = self._close_lost(cur, run.pipeline_run_id, now_db)

@@ -10,6 +10,8 @@ logic of its own and no Airflow imports.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import suppress
 from typing import Generic, TypeVar
 
 from airflow_provider_etl_craft.engine.dbapi import Connection
@@ -37,24 +39,45 @@ class _Bound(Generic[_T]):
         self.transition = transition
 
     def __get__(self, lifecycle: RunLifecycle, owner: type | None = None) -> _T:
-        return self.transition(lifecycle.engine, lifecycle.conn, lifecycle.lock_timeout, lifecycle.gates)
+        return self.transition(
+            lifecycle.engine,
+            lifecycle.conn,
+            lifecycle.lock_timeout,
+            lifecycle.gates,
+            None if lifecycle.reconnect_with is None else lifecycle.reconnect,
+        )
 
 
 class RunLifecycle:
     """Engine-side bookkeeping of pipeline runs on one open connection (autocommit; transactions explicit).
 
     :param engine: the dialect of the Engine DB.
-    :param conn: a connection from ``engine.connect()``; the caller closes it.
+    :param conn: a connection from ``engine.connect()``; the caller closes :attr:`conn` (a lost one is replaced).
     :param lock_timeout: seconds to wait for ``pipeline:<code>`` locks.
+    :param reconnect_with: opens a new connection (``engine.reconnect``) when a step's session is lost; the
+        step is then sent once more on it (docs/high-availability.md, "In-doubt commits"). None: not repeated.
     """
 
     def __init__(
-        self, engine: EngineDialect, conn: Connection, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+        self,
+        engine: EngineDialect,
+        conn: Connection,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+        reconnect_with: Callable[[str], Connection] | None = None,
     ) -> None:
         self.engine = engine
         self.conn = conn
         self.lock_timeout = lock_timeout
         self.gates = Gates(engine)
+        self.reconnect_with = reconnect_with
+
+    def reconnect(self, step: str) -> Connection:
+        """Close the lost connection and open the one the next steps use (see ``reconnect_with``)."""
+        assert self.reconnect_with is not None
+        with suppress(Exception):  # the session is gone already
+            self.conn.close()
+        self.conn = self.reconnect_with(step)
+        return self.conn
 
     claim = _Bound(Claim)
     close_abandoned = _Bound(Abandon)

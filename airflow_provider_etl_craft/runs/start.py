@@ -26,7 +26,7 @@ from airflow_provider_etl_craft.runs.gates import (
 )
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.records import LIVE_ATTEMPT, SKIP_NOTE, AttemptHandle, RunRow, map_key
-from airflow_provider_etl_craft.runs.transition import Transition, first_line, owner_token
+from airflow_provider_etl_craft.runs.transition import Transition, first_line
 
 #: The attempt ``a`` of one try of a task (and map index) in the keyed run, found by pipeline code, task
 #: code, run key, attempt number and ``COALESCE(MAP_INDEX, -1)`` (in that order of parameters).
@@ -100,7 +100,14 @@ class _RunEnded(Exception):
 
 
 class StartAttempt(Transition):
-    """Open attempt ``try_number`` of a task in the keyed run (one transaction, or one statement)."""
+    """Open attempt ``try_number`` of a task in the keyed run (one transaction, or one statement).
+
+    Repeatable after a lost session: the attempt of this try already written under the step's token
+    (``OWNER_ID``) is its own, and is returned (or its skip raised again) instead of refused as a second
+    delivery.
+    """
+
+    repeatable = True
 
     def __call__(
         self,
@@ -146,6 +153,9 @@ class StartAttempt(Transition):
             try:
                 handle, skip = self._open(attempt, number, note)
             except self.engine.integrity_error() as exc:
+                own = self._own_attempt(attempt, number) if self.repeating else None
+                if own is not None:
+                    return own
                 number = self._renumber(attempt, number, exc)
                 note = f"Airflow try {attempt.try_number}; its try numbering restarted (the DAG run was created again)"
                 continue
@@ -167,7 +177,7 @@ class StartAttempt(Transition):
     def _open(self, attempt: Try, number: int, note: str | None) -> tuple[AttemptHandle, GateSkipped | None]:
         """One round: the single statement where it applies, else the judged transaction."""
         if note is None and attempt.map_index is None:
-            owner = owner_token()
+            owner = self.token
             now_db = self.now()[1]
             identity = attempt.identity
             row = self.engine.start_attempt_at_once(
@@ -213,9 +223,39 @@ class StartAttempt(Transition):
             ) from None
         return taken[1] + 1
 
+    def _own_attempt(self, attempt: Try, number: int) -> AttemptHandle | None:
+        """The attempt ``number`` of this try that this step's first send wrote (its ``OWNER_ID`` is the step's
+        token), as a handle; None when it is not there.
+
+        :raises GateSkipped: the first send recorded it skipped (its dependencies were not satisfied).
+        """
+        with self.engine.transaction(self.conn) as cur:
+            row = self.exec(
+                cur,
+                "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, tr.PIPELINE_RUN_ID, a.STATUS, a.TASK_LOG "
+                + _ATTEMPT_OF_KEYED_TRY
+                + "AND a.OWNER_ID = ?",
+                (*attempt.params(number), self.token),
+            ).fetchone()
+        if row is None:
+            return None
+        if row[3] not in LIVE_ATTEMPT:
+            raise GateSkipped(f"task {attempt.task_code} {row[4] or SKIP_NOTE.strip()}")
+        # consumes=True: consuming the gate decisions it recorded finds nothing when there are none.
+        return AttemptHandle(
+            int(row[2]),
+            int(row[1]),
+            int(row[0]),
+            number,
+            self.token,
+            attempt.task_code,
+            True,
+            attempt.map_index,
+        )
+
     def _adopt(self, attempt: Try) -> AttemptHandle | None:
         """Take over this try's attempt parked QUEUED by a reschedule or deferral; None when there is none."""
-        owner = owner_token()
+        owner = self.token
         with self.engine.transaction(self.conn) as cur:
             row = self.exec(
                 cur,
@@ -382,7 +422,7 @@ class StartAttempt(Transition):
         now_db: Any,
     ) -> AttemptHandle:
         """Insert the attempt RUNNING, or CANCELLED and ended when it carries an error (a skip)."""
-        owner, ended = owner_token(), log_and_error[1] is not None
+        owner, ended = self.token, log_and_error[1] is not None
         times = (now_db, now_db, now_db, now_db if ended else None)
         worker = (socket.gethostname(), os.getpid(), attempt.log_path)
         requested = (attempt.identity.actor, attempt.identity.actor_kind)

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import socket
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow_provider_etl_craft.engine import actor
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
-from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, SessionLost
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
-from airflow_provider_etl_craft.errors import MetadataError, StaleTransitionError
+from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError, StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import Gates
 from airflow_provider_etl_craft.runs.identity import ACTOR_KIND, RunIdentity
 from airflow_provider_etl_craft.runs.records import AttemptHandle, Pause, Pipeline, RunRow
+
+log = logging.getLogger(__name__)
 
 
 class Transition:
@@ -36,20 +39,40 @@ class Transition:
     :param lock_timeout: seconds to wait for ``pipeline:<code>`` locks.
     """
 
+    #: Whether the step is sent once more on a new connection when its session is lost (see
+    #: :func:`_repeated_when_lost`): true of the steps that recognise their own earlier effect.
+    repeatable: ClassVar[bool] = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Each transition's entry writes as the run it serves (see :func:`_as_run_actor`)."""
+        """Each transition's entry writes as the run it serves (see :func:`_as_run_actor`); a repeatable one
+        is sent again once after a lost session (:func:`_repeated_when_lost`)."""
         super().__init_subclass__(**kwargs)
         entry = cls.__dict__.get("__call__")
         if entry is not None:
+            if cls.repeatable:
+                entry = _repeated_when_lost(entry)
             setattr(cls, "__call__", _as_run_actor(entry))  # noqa: B010 - the class's own entry, wrapped
 
     def __init__(
-        self, engine: EngineDialect, conn: Connection, lock_timeout: float | None, gates: Gates
+        self,
+        engine: EngineDialect,
+        conn: Connection,
+        lock_timeout: float | None,
+        gates: Gates,
+        reconnect: Callable[[str], Connection] | None = None,
     ) -> None:
         self.engine = engine
         self.conn = conn
         self.lock_timeout = lock_timeout
         self.gates = gates
+        #: A new connection in place of a lost one (the lifecycle's), or None: a lost session is not repeated.
+        self.reconnect = reconnect
+        #: The step's token: the ``OWNER_ID`` of an attempt it opens, so a repeat knows the attempt its first
+        #: send may have committed for its own (docs/high-availability.md, "In-doubt commits").
+        self.token = owner_token()
+        #: True while the step is sent again after a lost session.
+        self.repeating = False
+        self._clock: tuple[datetime, Any] | None = None
 
     def locked(self, pipeline_code: str) -> AbstractContextManager[Any]:
         """A write transaction holding the ``pipeline:<code>`` lock, released by its COMMIT or ROLLBACK."""
@@ -77,9 +100,17 @@ class Transition:
             self.exec(cur, *notice)
 
     def now(self) -> tuple[datetime, Any]:
-        """The current time, and as the database stores it."""
-        now = self.engine.now()
-        return now, self.engine.to_db_time(now)
+        """The step's time, and as the database stores it: read once per step, so a repeated step writes the
+        same times, and a run it ended or skipped is known for its own by them."""
+        if self._clock is None:
+            now = self.engine.now()
+            self._clock = now, self.engine.to_db_time(now)
+        return self._clock
+
+    def stamped(self, value: datetime | None) -> bool:
+        """Whether a time read back is this step's own (:meth:`now`, as stored): how a repeated step knows a
+        run its first send wrote."""
+        return value is not None and value == self.engine.from_db_time(self.now()[1])
 
     def run_row(self, row: tuple[Any, ...]) -> RunRow:
         return RunRow.from_db(self.engine, row)
@@ -176,6 +207,45 @@ def _as_run_actor(entry: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(result, AttemptHandle) and result.actor is None:
             return dataclasses.replace(result, actor=name)
         return result
+
+    return call
+
+
+def _repeated_when_lost(entry: Callable[..., Any]) -> Callable[..., Any]:
+    """``entry``, sent once more on a new connection when its session is lost (or a standby answered it).
+
+    A lost COMMIT leaves the step in doubt; the repeat finds its own effect if the first send committed it
+    (each repeatable step says how), and does the step otherwise. One repeat only: Airflow's retries are the
+    loop; the new connection itself is tried for a short while (:meth:`EngineDialect.reconnect`). When no
+    connection comes, the first error leaves, typed (in doubt, or not committed).
+    """
+
+    @functools.wraps(entry)
+    def call(self: Transition, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return entry(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - only what a new connection may get through is repeated
+            if self.reconnect is None or self.repeating or not self.engine.reconnects(exc):
+                raise
+            lost = exc
+        step = type(self).__name__
+        if isinstance(lost, SessionLost):
+            what = "its commit is in doubt"
+        elif self.engine.session_lost(lost):
+            what = "its session was lost"
+        else:
+            what = "a standby answered it"
+        log.warning(
+            "etl-craft: %s: %s (%s); sending it again on a new connection", step, what, first_line(lost)
+        )
+        try:
+            self.conn = self.reconnect(step)
+        except EtlCraftError as failed:
+            error = self.engine.classify(lost)
+            error.args = (f"{error}; no new connection came within the reconnect window: {failed}",)
+            raise error from None
+        self.repeating = True
+        return entry(self, *args, **kwargs)
 
     return call
 

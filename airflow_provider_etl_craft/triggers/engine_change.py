@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_etl_craft._compat import BaseTrigger, TriggerEvent
+from airflow_provider_etl_craft.engine.dialects.base import SessionLost
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.runs.changes import Watch
 
@@ -202,7 +203,7 @@ def _lost() -> tuple[type[Exception], ...]:
     """What a lost or refused connection raises while waiting (the wait opens a new one, with backoff): the
     provider's errors, OS errors, and the base error classes of the drivers loaded (a driver error leaves
     the wait's own queries unclassified). Read when first needed, so importing this module loads no driver."""
-    found: list[type[Exception]] = [EtlCraftError, OSError, sqlite3.Error]
+    found: list[type[Exception]] = [EtlCraftError, SessionLost, OSError, sqlite3.Error]
     for module in ("psycopg2", "psycopg"):
         loaded = sys.modules.get(module)
         if loaded is not None:

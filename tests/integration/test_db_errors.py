@@ -23,6 +23,7 @@ from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.errors import ConfigurationError, EngineDBError, EngineUnreachableError
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs import RunIdentity
+from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 from tests.conftest import EngineSetup, pg_profile_yaml, write_config
 from tests.fixtures.fix_pg import PgCluster, PgDatabase
 
@@ -296,13 +297,26 @@ def test_in_an_operator_a_missing_privilege_fails_without_retry_and_a_lost_sessi
     assert str(denied.value).startswith("[CONFIGURATION] role etl_password lacks a privilege")
     assert GRANT in str(denied.value)
 
-    with pytest.raises(_compat.retry_exception()) as lost, airflow_outcome(), owner.hook().lifecycle() as lc:
+    def terminate(lc: RunLifecycle) -> None:
         admin = pg_cluster.admin_connect()
         try:
             admin.autocommit = True
             admin.cursor().execute("SELECT pg_terminate_backend(%s)", (lc.conn.get_backend_pid(),))
         finally:
             admin.close()
+
+    # A step whose session is lost is sent again on a new connection (docs/high-availability.md) …
+    with airflow_outcome(), owner.hook().lifecycle() as lc:
+        terminate(lc)
+        lost_pid = lc.conn.get_backend_pid()
+        metadata = r"^\[METADATA\] pipeline ANY does not exist"
+        with pytest.raises(_compat.fail_exception(), match=metadata), airflow_outcome():
+            lc.claim("ANY", identity)
+        assert lc.conn.get_backend_pid() != lost_pid
+    # … and without a new connection, the lost session is Airflow's retry.
+    with pytest.raises(_compat.retry_exception()) as lost, airflow_outcome(), owner.hook().lifecycle() as lc:
+        lc.reconnect_with = None
+        terminate(lc)
         lc.claim("ANY", identity)
     assert not isinstance(lost.value, _compat.fail_exception())
     assert str(lost.value).startswith("[CONFIGURATION] lost the Engine DB")

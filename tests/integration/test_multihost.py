@@ -72,6 +72,7 @@ def test_a_closed_first_host_is_skipped_and_the_server_behind_it_claims(
     )
     hook = EngineDBHook.from_config(config)
     assert hook.get_first("SELECT inet_server_port()") == (cluster.port,)
+    assert not hook.test_connection()[0]  # reached, but no Engine tables yet
     folder = tmp_path / "migrations"
     folder.mkdir()
     (folder / "0001_pipeline.sql").write_text(pipeline_sql("MULTI", ["WORK"]), encoding="utf-8")
@@ -79,6 +80,8 @@ def test_a_closed_first_host_is_skipped_and_the_server_behind_it_claims(
     with hook.lifecycle() as lifecycle:
         outcome = lifecycle.claim("MULTI", RunIdentity(dag_id="multi_dag", run_id="manual__1", run_date=None))
     assert outcome.action == "CREATED", outcome
+    ok, said = hook.test_connection()  # Airflow's Test button
+    assert ok and f"127.0.0.1:{closed},127.0.0.1:{cluster.port}" in said, said
     assert (
         hook.get_uri()
         == f"postgresql://{pg_database.user}@127.0.0.1:{closed},127.0.0.1:{cluster.port}/{pg_database.name}"

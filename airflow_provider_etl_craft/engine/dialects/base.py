@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
@@ -22,6 +24,27 @@ class StatementResult:
 
     rows: list[Row]
     rowcount: int
+
+
+class SessionLost(Exception):
+    """The Engine DB session ended under a write's COMMIT (or under a write sent as one statement), so the
+    server may or may not have committed it: the write is *in doubt* (docs/high-availability.md).
+
+    Raised by the dialect at those points only, around the driver's error (``cause``); the run lifecycle
+    repeats the step on a new connection, and anything else reports it as a retryable
+    :class:`~airflow_provider_etl_craft.errors.EngineUnreachableError` that says "in doubt".
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+#: Pauses between the tries of :meth:`EngineDialect.reconnect` (seconds): about 15 s in all, the time a
+#: streaming standby takes to be promoted or a floating address to move, and short against Airflow's retries.
+RECONNECT_DELAYS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+log = logging.getLogger(__name__)
 
 
 #: The connection type a dialect opens (sqlite3's, or a psycopg2/psycopg 3 one).
@@ -203,11 +226,59 @@ class EngineDialect(ABC, Generic[ConnT]):
 
     @contextmanager
     def classified(self, conn: ConnT | None = None) -> Iterator[None]:
-        """Driver errors leave the block as the provider's typed errors (:meth:`classify`)."""
+        """Driver errors (and :class:`SessionLost`) leave the block as the provider's typed errors
+        (:meth:`classify`)."""
+        try:
+            yield
+        except SessionLost as lost:
+            raise self.classify(lost, conn) from lost.cause
+        except self.database_error() as exc:
+            raise self.classify(exc, conn) from exc
+
+    def session_lost(self, exc: BaseException) -> bool:
+        """Whether the driver error ``exc`` says the session ended (server gone, network cut, a failover), by
+        the database's code and the driver's error class; never for SQLite, a local file."""
+        return False
+
+    def reconnects(self, exc: BaseException) -> bool:
+        """Whether a new connection may get through a command that failed with ``exc``: the session was lost,
+        or a standby answered a write (the primary moved); nothing of that command was applied but for an
+        in-doubt COMMIT (:class:`SessionLost`)."""
+        return isinstance(exc, SessionLost) or self.session_lost(exc)
+
+    @contextmanager
+    def committing(self) -> Iterator[None]:
+        """Around a COMMIT, or a write sent as one statement: a session lost here leaves the write in doubt,
+        and leaves as :class:`SessionLost`."""
         try:
             yield
         except self.database_error() as exc:
-            raise self.classify(exc, conn) from exc
+            if self.session_lost(exc):
+                raise SessionLost(exc) from exc
+            raise
+
+    def reconnect(self, what: str) -> ConnT:
+        """:meth:`connect` again after a lost session, tried for a short while (:data:`RECONNECT_DELAYS`) while
+        it fails with a retryable error (no primary yet, a server restarting); ``what`` names the step for
+        the log.
+
+        :raises EtlCraftError: the last connect's error once the delays are used up, or at once when it is not
+            retryable.
+        """
+        from airflow_provider_etl_craft.errors import EtlCraftError
+
+        last: EtlCraftError | None = None
+        for delay in RECONNECT_DELAYS:
+            time.sleep(delay)
+            try:
+                return self.connect()
+            except EtlCraftError as exc:
+                if not exc.retryable:
+                    raise
+                last = exc
+                log.warning("etl-craft: reconnecting to the Engine DB for %s: %s", what, exc)
+        assert last is not None
+        raise last
 
     def now(self) -> datetime:
         """The current time, UTC (a method so one transaction can use one clock reading)."""
@@ -241,7 +312,8 @@ class EngineDialect(ABC, Generic[ConnT]):
                     cur.execute("ROLLBACK")
                 raise
             else:
-                cur.execute("COMMIT")
+                with self.committing():
+                    cur.execute("COMMIT")
             finally:
                 cur.close()
 
@@ -310,6 +382,12 @@ class EngineDialect(ABC, Generic[ConnT]):
         if self.placeholder == "?":
             return text
         return text.replace("%", "%%").replace("?", self.placeholder)
+
+    def write_alone(self, conn: ConnT, text: str, params: Sequence[Any] = ()) -> StatementResult:
+        """:meth:`execute` for a write: it commits on its own, so a session lost under it leaves it in doubt
+        (:class:`SessionLost`)."""
+        with self.committing():
+            return self.execute(conn, text, params)
 
     def query(self, conn: ConnT, text: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one statement outside an explicit transaction and return all rows (empty without results)."""

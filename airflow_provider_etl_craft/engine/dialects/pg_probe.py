@@ -12,7 +12,9 @@ answers. The first answer of a host tells what happened there:
 * the certificate does not verify: a TLS configuration error;
 * an ``ErrorResponse``: its SQLSTATE (field ``C``): the server or pooler refused the session before any login;
 * an authentication request: the server would take a session for this user and database, so the refusal
-  was the login itself.
+  was the login itself (or, with ``target_session_attrs``, the server took the login but was no primary);
+* nothing: the peer accepted the TCP connection and closed it, or never answered within the timeout, as a
+  proxy (HAProxy in front of Patroni) does while no primary is up behind it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import ssl
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 _SSL_REQUEST = 80877103
 _PROTOCOL_3 = 196608
@@ -39,6 +42,18 @@ class ServerAnswer:
     #: It asked for authentication: it would take a session for this user and database, so a failed
     #: connect was refused at the login (the credential).
     asked_login: bool = False
+    #: It took the session without asking for a credential (``AuthenticationOk``: trust, or a certificate).
+    let_in: bool = False
+    #: It accepted the TCP connection, then said nothing: ``closed`` it without a byte of answer, or gave no
+    #: answer within the probe's ``timeout`` (``silent``). None when it answered (or was not reachable).
+    said_nothing: Literal["closed", "silent"] | None = None
+    #: The seconds the probe waited for an answer.
+    waited: float = 0.0
+
+    @property
+    def takes_sessions(self) -> bool:
+        """It would take a session for this user and database (asked for a login, or let the probe in)."""
+        return self.asked_login or self.let_in
 
 
 def ask(
@@ -74,12 +89,18 @@ def ask(
         kind = _recv(sock, 1)
         (length,) = struct.unpack("!I", _recv(sock, 4))
         body = _recv(sock, min(length - 4, 65536))
-    except (OSError, ValueError, struct.error):
-        return ServerAnswer(reachable=True)  # it answered TCP, then closed or went quiet
+    except TimeoutError:  # accepted, then no answer at all within the timeout
+        return ServerAnswer(reachable=True, said_nothing="silent", waited=timeout)
+    except (_Closed, ConnectionError, ssl.SSLEOFError):  # accepted, then closed (or reset) without answering
+        return ServerAnswer(reachable=True, said_nothing="closed")
+    except (OSError, struct.error):
+        return ServerAnswer(reachable=True)  # it answered something this probe does not read (a TLS alert)
     finally:
         sock.close()
     if kind == b"R":  # an authentication request, not a refusal; one for a credential unless AuthenticationOk
-        return ServerAnswer(reachable=True, asked_login=body[:4] != b"\0\0\0\0")
+        if body[:4] == b"\0\0\0\0":
+            return ServerAnswer(reachable=True, let_in=True)
+        return ServerAnswer(reachable=True, asked_login=True)
     if kind != b"E":
         return ServerAnswer(reachable=True)  # another message: not a refusal
     fields = {
@@ -102,11 +123,15 @@ def _tls(sslmode: str, settings: dict[str, str]) -> ssl.SSLContext:
     return context
 
 
+class _Closed(Exception):
+    """The peer closed the connection before the answer was complete."""
+
+
 def _recv(sock: socket.socket, count: int) -> bytes:
     data = b""
     while len(data) < count:
         chunk = sock.recv(count - len(data))
         if not chunk:
-            raise ValueError("the server closed the connection")
+            raise _Closed
         data += chunk
     return data

@@ -8,6 +8,7 @@ transaction``): every transaction starts with ``SET LOCAL search_path``, and a n
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import UTC, date, datetime
@@ -17,10 +18,11 @@ from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import actor, locks
 from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver, Row
 from airflow_provider_etl_craft.engine.dialects import pg_probe
-from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, StatementResult
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, SessionLost, StatementResult
 from airflow_provider_etl_craft.engine.url import (
     LOAD_BALANCE_LIBPQ,
     SESSION_ATTRS,
+    WRITABLE_SESSION_ATTRS,
     PostgresTarget,
     host_port,
 )
@@ -35,8 +37,26 @@ from airflow_provider_etl_craft.errors import (
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.config.profile import EngineProfile
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CONNECT_TIMEOUT = "10"
 DEFAULT_APPLICATION_NAME = "etl-craft-airflow"
+#: TCP keepalives on every session, so a server that vanishes without closing the connection (a failed-over
+#: host, a cut network: no FIN, no RST) is noticed instead of waited on: an idle session is probed after 30 s,
+#: then every 10 s, and given up after 3 unanswered probes; data the server has not acknowledged for 60 s
+#: (``tcp_user_timeout``, ms, libpq 12 or newer) ends the session too. A dead server is so noticed within
+#: about a minute. The URL's own settings win (docs/failover-errors.md).
+KEEPALIVE_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+}
+#: The oldest libpq that knows ``tcp_user_timeout`` (``PQlibVersion``); with an older one it is not sent.
+_TCP_USER_TIMEOUT_LIBPQ = 120000
+#: Seconds each host gets for the real login that tells why no primary was found (see :meth:`_no_primary`).
+_NO_PRIMARY_LOGIN_TIMEOUT = 3
 #: SQLSTATEs (exact, or a two-character class) that mean the server or the session went away: a retry may work.
 _GONE = ("08", "53", "57P01", "57P02", "57P03", "58")
 #: SQLSTATEs of a command given up in a conflict with another session (or a timeout): a retry may work.
@@ -46,6 +66,8 @@ _MISSING = ("42P01", "42703", "3F000", "42883")
 _INSUFFICIENT_PRIVILEGE = "42501"
 _INVALID_CATALOG = "3D000"
 _READ_ONLY_TRANSACTION = "25006"
+#: SQLSTATEs of the server ending the session: admin_shutdown, crash_shutdown, cannot_connect_now.
+_SESSION_ENDED = ("57P01", "57P02", "57P03")
 #: SQLSTATEs of a refused login (invalid_password, invalid_authorization_specification), if the driver has one.
 _LOGIN_REFUSED = ("28P01", "28000")
 #: libpq settings sent as startup parameters that connection poolers refuse unless their
@@ -115,11 +137,20 @@ class PostgresDialect(EngineDialect[PgConnection]):
         """
         return self._with_target(self.profile.auth.connect_kwargs(self.profile))
 
-    def _with_target(self, auth_kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _with_target(self, auth_kwargs: dict[str, Any], driver: PgDriver | None = None) -> dict[str, Any]:
+        """The target's libpq settings over the provider's defaults (connect timeout, application name, TCP
+        keepalives: :data:`KEEPALIVE_DEFAULTS`), then hosts, database and the auth mode's ``auth_kwargs``.
+
+        With ``driver``, a default its libpq does not know is left out (``tcp_user_timeout`` before libpq 12).
+        """
         target = self.target
+        defaults = dict(KEEPALIVE_DEFAULTS)
+        if driver is not None and _libpq_version(driver) < _TCP_USER_TIMEOUT_LIBPQ:
+            del defaults["tcp_user_timeout"]
         return {
             "connect_timeout": DEFAULT_CONNECT_TIMEOUT,
             "application_name": DEFAULT_APPLICATION_NAME,
+            **defaults,
             **target.settings,
             **target.driver_hosts(),
             "dbname": target.database,
@@ -132,26 +163,51 @@ class PostgresDialect(EngineDialect[PgConnection]):
         auth, profile = self.profile.auth, self.profile
         auth_kwargs = auth.connect_kwargs(profile)
         try:
-            return driver.connect(**self._with_target(auth_kwargs))
+            return driver.connect(**self._with_target(auth_kwargs, driver))
         except driver.OperationalError as exc:
-            error, login_refused = self._connect_error(exc)
+            error, login_refused = self._connect_error(exc, driver, auth_kwargs)
         # Outside the handler: an error of the renewal (the token endpoint is down) carries no driver error.
         renewed = auth.renew_kwargs(profile, auth_kwargs) if login_refused else None
         if renewed is None:
             raise error
         try:
-            return driver.connect(**self._with_target(renewed))
+            return driver.connect(**self._with_target(renewed, driver))
         except driver.OperationalError as exc:
-            raise self._connect_error(exc)[0] from None
+            raise self._connect_error(exc, driver, renewed)[0] from None
 
     def connect(self, create: bool = False) -> PgConnection:  # a server database is never created here
+        """:meth:`login`, then the schema check, the session's first statement: every error leaves typed."""
         conn = self.login()
         try:
-            self.require_schema(conn)
+            with self._first_statement(conn):
+                self.require_schema(conn)
         except BaseException:
-            conn.close()
+            with suppress(Exception):  # the session may be gone already
+                conn.close()
             raise
         return conn
+
+    @contextmanager
+    def _first_statement(self, conn: PgConnection) -> Iterator[None]:
+        """The first statements on a new session leave driver errors typed (:meth:`classify`), and a session lost
+        there (the server went away or restarted after the login, a proxy closed it: a failover) as a retryable
+        ``lost_before_first_statement``: those statements only read, so nothing was written."""
+        driver = self._driver_module()
+        try:
+            yield
+        except self.database_error() as exc:
+            code = locks.sqlstate(exc)
+            lost = code is None and isinstance(exc, (driver.OperationalError, driver.InterfaceError))
+            if not (lost or _matches(code, _GONE)):
+                raise self.classify(exc) from exc
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            said = f"SQLSTATE {code}: {detail}" if code else detail
+            raise failover_error(
+                "lost_before_first_statement",
+                f"lost the Engine DB {self.describe()} as {self.profile.user or 'the default role'} right after the "
+                f"login, before its first statement ({said}); nothing was written; the server restarted or went "
+                "away, or a failover is under way: a retry may succeed once it answers again",
+            ) from exc
 
     def login(self, create: bool = False) -> PgConnection:
         driver = self._driver_module()
@@ -189,8 +245,10 @@ class PostgresDialect(EngineDialect[PgConnection]):
 
     def reached(self, conn: PgConnection) -> tuple[str, bool]:
         """The server this session is on (``host:port``, from the server's side; ``local socket`` over a Unix
-        socket) and whether it is a standby (in recovery), for ``check`` to name the host of a multi-host URL."""
-        with conn.cursor() as cur:
+        socket) and whether it is a standby (in recovery), for ``check`` to name the host of a multi-host URL.
+
+        The first statement of ``check``'s session: errors leave typed (see :meth:`_first_statement`)."""
+        with self._first_statement(conn), conn.cursor() as cur:
             cur.execute("SELECT host(inet_server_addr()), inet_server_port(), pg_is_in_recovery()")
             row = cur.fetchone()
         assert row is not None  # a SELECT without FROM returns one row
@@ -315,8 +373,31 @@ class PostgresDialect(EngineDialect[PgConnection]):
         finally:
             cur.close()
 
+    def session_lost(self, exc: BaseException) -> bool:
+        """A driver error without a SQLSTATE (psycopg reports a broken session so: server gone, TLS closed,
+        network cut), connection_exception (class 08), or the server ending the session (57P01 admin_shutdown,
+        57P02 crash_shutdown, 57P03 cannot_connect_now)."""
+        if isinstance(exc, SessionLost):
+            return True
+        driver = self._driver_module()
+        code = locks.sqlstate(exc)
+        if code is None:
+            return isinstance(exc, (driver.OperationalError, driver.InterfaceError))
+        return code.startswith("08") or code in _SESSION_ENDED
+
+    def reconnects(self, exc: BaseException) -> bool:
+        """A lost session, or 25006 read_only_sql_transaction: a standby or a demoted primary answered a write,
+        so the primary has moved (or is moving); a new connection finds it."""
+        return self.session_lost(exc) or locks.sqlstate(exc) == _READ_ONLY_TRANSACTION
+
     def classify(self, exc: BaseException, conn: PgConnection | None = None) -> EtlCraftError:
-        """By SQLSTATE (see the module's tables); a driver error without one after login lost the session."""
+        """By SQLSTATE (see the module's tables); a driver error without one after login lost the session.
+
+        A :class:`SessionLost` (the session ended under a COMMIT) is reported as in doubt.
+        """
+        in_doubt = isinstance(exc, SessionLost)
+        if isinstance(exc, SessionLost):
+            exc = exc.cause
         code = locks.sqlstate(exc)
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         role = self.profile.user or "the default role"
@@ -333,11 +414,20 @@ class PostgresDialect(EngineDialect[PgConnection]):
                 f"the database driver refused a command on {where} ({type(exc).__name__}: "
                 f"{detail}); this is a defect of the provider: please report it"
             )
+        if in_doubt:
+            return failover_error(
+                "commit_in_doubt",
+                f"lost the Engine DB {where} while it committed a write ({said}): the write is in doubt, committed "
+                "or not; a retry of the step recognises its own write if it was committed "
+                '(docs/high-availability.md, "In-doubt commits")',
+                in_doubt=True,
+            )
         if code is None or matches(_GONE):
-            # psycopg reports a broken session (server gone, TLS closed, network cut) without a SQLSTATE.
-            return EngineUnreachableError(
-                f"lost the Engine DB {where} in the middle of a command ({said}); nothing of that command was "
-                "committed; a retry may succeed once the server answers again"
+            # The server rolls back the open transaction of a session that ends before its COMMIT.
+            return failover_error(
+                "session_lost",
+                f"lost the Engine DB {where} in the middle of a command ({said}); its transaction was not "
+                "committed; a retry may succeed once the server answers again",
             )
         if matches(_CONFLICT):
             return LockTimeoutError(
@@ -351,10 +441,14 @@ class PostgresDialect(EngineDialect[PgConnection]):
                 f"TABLES IN SCHEMA {schema} TO {role}; GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role}"
             )
         if code == _READ_ONLY_TRANSACTION:
-            return ConfigurationError(
-                f"the Engine DB {where} accepts no writes ({said}): jdbc_url reaches a standby or a read-only "
-                "database; point it at the primary (with several hosts: targetServerType=primary, libpq's "
-                "target_session_attrs=read-write)"
+            # A standby, or a primary demoted under the session, answered a write; nothing of it was written.
+            return failover_error(
+                "read_only_answer",
+                f"the Engine DB {where} refused a write as read-only ({said}); nothing of that command was "
+                "written: a failover may be under way (a demoted primary or a standby answered), and a retry may "
+                f"succeed once the new primary takes over; if this persists, {self.profile.setting('jdbc_url')} "
+                "reaches a standby or a read-only database: point it at the primary (with several hosts add "
+                "targetServerType=primary, libpq's target_session_attrs=read-write)",
             )
         if matches(_MISSING):
             if conn is not None:  # a table is "missing" too when the role may not use its schema
@@ -371,11 +465,16 @@ class PostgresDialect(EngineDialect[PgConnection]):
             )
         return EngineDBError(f"the Engine DB {where} refused a command ({said})")
 
-    def _connect_error(self, exc: Exception) -> tuple[Exception, bool]:
+    def _connect_error(
+        self, exc: Exception, driver: PgDriver, auth_kwargs: dict[str, Any]
+    ) -> tuple[Exception, bool]:
         """Why libpq could not open a session, decided by what the server answers (:mod:`.pg_probe`), by
         SQLSTATE where it gives one, never by libpq's text (which is shown, not read); and whether the login
         itself was refused: the server asked the probe to authenticate (so it would take a session for this
-        user and database), or the driver reports an authentication SQLSTATE."""
+        user and database), or the driver reports an authentication SQLSTATE.
+
+        With a ``target_session_attrs`` that asks for a primary, a host that would take the session may have
+        been skipped for being a standby or read-only: :meth:`_no_primary` logs in to find out first."""
         target, profile = self.target, self.profile
         # The client's own key or file first: libpq may have failed before the server had a say.
         local = profile.auth.local_problem(profile)
@@ -393,8 +492,68 @@ class PostgresDialect(EngineDialect[PgConnection]):
             ))
             for host, port in target.hosts
         ]  # fmt: skip
+        if target.settings.get("target_session_attrs") in WRITABLE_SESSION_ATTRS and any(
+            a.takes_sessions for _, a in answers
+        ):
+            no_primary = self._no_primary(driver, auth_kwargs, answers)
+            if no_primary is not None:
+                return no_primary, False
         login_refused = any(a.asked_login for _, a in answers) or locks.sqlstate(exc) in _LOGIN_REFUSED
         return self._refusal(exc, *_deciding(answers)), login_refused
+
+    def _no_primary(
+        self, driver: PgDriver, auth_kwargs: dict[str, Any], answers: list[tuple[str, pg_probe.ServerAnswer]]
+    ) -> EngineUnreachableError | None:
+        """After libpq found no host fit for ``target_session_attrs=read-write``/``primary``: log in to each host
+        that would take a session, for real (the same credential, without ``target_session_attrs``, a short
+        timeout), ask it whether it is in recovery and whether its sessions are read-only, and close.
+
+        :return: when any login worked, the retryable ``no_primary`` error naming each host's answer (a standby,
+            a read-only server, or a primary by now, which libpq missed by a moment); None when no login worked,
+            so the refusal is classified as any other.
+        """
+        kwargs = self._with_target(auth_kwargs, driver)
+        for key in ("target_session_attrs", "load_balance_hosts"):
+            kwargs.pop(key, None)
+        kwargs["connect_timeout"] = str(_NO_PRIMARY_LOGIN_TIMEOUT)
+        said: list[str] = []
+        logged_in = False
+        for (host, port), (where, answer) in zip(self.target.hosts, answers, strict=True):
+            if not answer.takes_sessions:
+                said.append(f"{where} {_unanswered(answer)}")
+                continue
+            try:
+                conn = driver.connect(**{**kwargs, "host": host, "port": str(port)})
+            except driver.Error as exc:
+                said.append(f"{where} did not take the login ({_first_line(exc)})")
+                continue
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+                    row = cur.fetchone()
+            except driver.Error as exc:
+                said.append(f"{where} took the login, then failed ({_first_line(exc)})")
+                continue
+            finally:
+                with suppress(Exception):
+                    conn.close()
+            logged_in = True
+            in_recovery, read_only = row if row is not None else (None, None)
+            if in_recovery:
+                said.append(f"{where} is a standby (in recovery)")
+            elif read_only == "on":
+                said.append(f"{where} takes no writes (transaction_read_only is on, not in recovery)")
+            else:
+                said.append(f"{where} takes writes now (a primary libpq missed by a moment)")
+        if not logged_in:
+            return None
+        return failover_error(
+            "no_primary",
+            f"no primary among the hosts of the Engine DB {self.describe()} as {self.profile.user or 'the default role'}"
+            f": {'; '.join(said)}; a failover may be under way: a retry may succeed once a primary is promoted; "
+            f"if this persists, no host of {self.profile.setting('jdbc_url')} takes writes: point it at the "
+            "primary (or turn default_transaction_read_only off for the role or database)",
+        )
 
     def _refusal(self, exc: Exception, answer: pg_probe.ServerAnswer, hosts_note: str = "") -> Exception:
         """The error for a failed connect, given the server's answer to the probe (of several hosts, the one
@@ -407,8 +566,26 @@ class PostgresDialect(EngineDialect[PgConnection]):
             f"{self.describe()}{hosts_note} as {profile.user or 'the default role'} ({profile.describe()})"
         )
         if not answer.reachable:
-            return EngineUnreachableError(
-                f"cannot reach the Engine DB {where}: {detail}; check host, port and network (a retry may succeed)"
+            return failover_error(
+                "unreachable",
+                f"cannot reach the Engine DB {where}: {detail}; nothing accepted the connection (a server stopped, "
+                "or a new primary not promoted yet); check host, port and network (a retry may succeed)",
+            )
+        if answer.said_nothing == "closed":
+            return failover_error(
+                "peer_closed",
+                f"the Engine DB {where} accepted the connection, then closed it without answering ({detail}); a "
+                "proxy (HAProxy, a load balancer) does so while no primary is up behind it, as during a failover: "
+                "a retry may succeed; if this persists, check that the port is a PostgreSQL server or pooler and "
+                "that the proxy has a healthy primary behind it",
+            )
+        if answer.said_nothing == "silent":
+            return failover_error(
+                "peer_silent",
+                f"the Engine DB {where} accepted the connection, then never answered within {answer.waited:g} s "
+                f"({detail}); a proxy whose backend is down, or a server hung in a failover, does so: a retry may "
+                "succeed; if this persists, check that the port is a PostgreSQL server or pooler and that it "
+                "answers (connect_timeout in jdbc_url bounds the wait)",
             )
         if answer.tls_error:
             return ConfigurationError(
@@ -420,8 +597,10 @@ class PostgresDialect(EngineDialect[PgConnection]):
             f"SQLSTATE {answer.sqlstate}: {answer.message}" if answer.sqlstate else detail,
         )
         if code is not None and (code.startswith("53") or code in ("57P01", "57P02", "57P03")):
-            return EngineUnreachableError(
-                f"the Engine DB {where} does not take sessions now ({said}); a retry may succeed"
+            return failover_error(
+                "not_accepting",
+                f"the Engine DB {where} does not take sessions now ({said}): it is starting up, shutting down, "
+                "in recovery (a standby being promoted) or out of connections; a retry may succeed",
             )
         if code == _INVALID_CATALOG:
             return ConfigurationError(
@@ -494,13 +673,13 @@ class PostgresDialect(EngineDialect[PgConnection]):
     def start_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> Row | None:
         if not self.at_once_forms:
             return None
-        rows = self.execute(conn, _START_ATTEMPT, params).rows
+        rows = self.write_alone(conn, _START_ATTEMPT, params).rows
         return rows[0] if rows else None
 
     def end_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> int | None:
         if not self.at_once_forms:
             return None
-        return self.execute(conn, _END_ATTEMPT, (*params, CHANGE_CHANNEL, self._notice_prefix)).rowcount
+        return self.write_alone(conn, _END_ATTEMPT, (*params, CHANGE_CHANNEL, self._notice_prefix)).rowcount
 
     # -- change notices: LISTEN/NOTIFY on CHANGE_CHANNEL, payload "<schema>:<PIPELINE_ID>" --------------------
 
@@ -586,8 +765,9 @@ class PostgresDialect(EngineDialect[PgConnection]):
         *values, by, kind = params
         cur = conn.cursor()
         try:
-            cur.execute(text, (by, kind, key, _lock_wait(lock_timeout), *values))
-            return cur.fetchone()
+            with self.committing():  # the call is its own transaction: a session lost under it is in doubt
+                cur.execute(text, (by, kind, key, _lock_wait(lock_timeout), *values))
+                return cur.fetchone()
         except self.database_error() as exc:
             code = locks.sqlstate(exc)
             if code == locks.LOCK_NOT_AVAILABLE:
@@ -639,9 +819,43 @@ def _deciding(answers: list[tuple[str, pg_probe.ServerAnswer]]) -> tuple[pg_prob
     reached = [(host, a) for host, a in answers if a.reachable]
     if not reached:
         return answers[0][1], " (no host reachable)"
-    host, answer = next(((h, a) for h, a in reached if a.sqlstate or a.tls_error), reached[0])
+    host, answer = next(
+        ((h, a) for h, a in reached if a.sqlstate or a.tls_error),
+        next(((h, a) for h, a in reached if a.takes_sessions), reached[0]),
+    )
     missed = [h for h, a in answers if not a.reachable]
     return answer, f" (answer of {host}" + (f"; not reachable: {', '.join(missed)})" if missed else ")")
+
+
+def failover_error(case: str, message: str, in_doubt: bool = False) -> EngineUnreachableError:
+    """The retryable error of one failover case (docs/failover-errors.md), logged as one warning line that
+    names the case, so operators read in the task log what happened; the error carries it as ``case``."""
+    log.warning("etl-craft Engine DB failover case %s: %s", case, message)
+    return EngineUnreachableError(message, case=case, in_doubt=in_doubt)
+
+
+def _matches(code: str | None, codes: tuple[str, ...]) -> bool:
+    """``code`` is one of ``codes``, or in the class of a two-character one."""
+    return code is not None and any(code == c or (len(c) == 2 and code.startswith(c)) for c in codes)
+
+
+def _unanswered(answer: pg_probe.ServerAnswer) -> str:
+    """What a host that would not take a session answered the probe, for a message."""
+    if not answer.reachable:
+        return "not reachable"
+    if answer.said_nothing == "closed":
+        return "accepted the connection, then closed it without answering"
+    if answer.said_nothing == "silent":
+        return f"accepted the connection, then never answered within {answer.waited:g} s"
+    if answer.tls_error:
+        return f"presented a certificate that does not verify ({answer.tls_error})"
+    if answer.sqlstate:
+        return f"refused the session (SQLSTATE {answer.sqlstate}: {answer.message})"
+    return "gave no answer the provider reads"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _libpq_version(driver: PgDriver) -> int:

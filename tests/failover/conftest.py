@@ -13,6 +13,7 @@ import psycopg2.extensions
 import pytest
 
 from tests.conftest import EngineSetup, write_config
+from tests.failover.floating import FloatingAddress
 from tests.fixtures.fix_pg_standby import PgPair
 from tests.reliability.conftest import Pool, pipeline_sql
 
@@ -44,27 +45,37 @@ def migration_sql() -> str:
     )
 
 
-def jdbc_url(pair: PgPair, database: str) -> str:
-    """Both nodes in PgJDBC's multi-host form; only the primary is taken (a standby is skipped)."""
+def jdbc_url(pair: PgPair, database: str, floating: FloatingAddress | None = None) -> str:
+    """Both nodes in PgJDBC's multi-host form, only the primary taken (a standby is skipped); or the one
+    floating address."""
+    if floating is not None:
+        return f"jdbc:postgresql://127.0.0.1:{floating.port}/{database}?sslmode=require&connect_timeout=3"
     return f"jdbc:postgresql://{pair.hosts}/{database}?targetServerType=primary&sslmode=require&connect_timeout=3"
 
 
-def profile_yaml(pair: PgPair, database: str, name: str = "failover") -> str:
-    """A craft-connector.yml profile on the multi-host URL of the pair."""
+def profile_yaml(pair: PgPair, database: str, floating: FloatingAddress | None = None) -> str:
+    """A craft-connector.yml profile ``failover`` on :func:`jdbc_url`."""
     return (
-        f"Engine:\n  {name}:\n"
-        f"    jdbc_url: {jdbc_url(pair, database)}\n"
+        "Engine:\n  failover:\n"
+        f"    jdbc_url: {jdbc_url(pair, database, floating)}\n"
         f"    schema: {SCHEMA}\n    user: {USER}\n    auth_mode: password\n    secret: {SECRET_VAR}\n"
     )
 
 
 @dataclass
 class FailoverEngine:
-    """An Engine profile on a fresh database of the pair (through the multi-host URL), seeded with PIPELINES."""
+    """An Engine profile on a fresh database of the pair, seeded with PIPELINES; its jdbc_url names both
+    nodes, or (``floating``) one address that the test moves to the new primary."""
 
     pair: PgPair
     database: str
     setup: EngineSetup
+    floating: FloatingAddress | None = None
+
+    def follow_primary(self) -> None:
+        """After a promotion: the floating address moves to the new primary (multi-host needs nothing)."""
+        if self.floating is not None:
+            self.floating.move(self.pair.primary.port)
 
     def admin(self) -> psycopg2.extensions.connection:
         """The current primary as its superuser, in this database, search_path on the Engine schema."""
@@ -89,27 +100,38 @@ class FailoverEngine:
             conn.close()
 
 
-@pytest.fixture
-def failover_engine(
-    pg_pair: PgPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[FailoverEngine]:
+def _engine(pair: PgPair, folder: Path, monkeypatch: pytest.MonkeyPatch, floating: bool) -> FailoverEngine:
     """A healthy pair (primary + synchronous standby), a fresh Engine DB on it, init-db and the pipelines
-    migrated through the provider over the multi-host URL."""
-    pg_pair.healthy()
-    cluster = pg_pair.primary.cluster
-    database = cluster.create_database(owner=USER, schema=SCHEMA)
-    pg_pair.caught_up()  # the first host of the URL may be the standby: it must know the database
-    env = {SECRET_VAR: pg_pair.passwords[USER]}
+    migrated through the provider over the profile's URL."""
+    pair.healthy()
+    database = pair.primary.cluster.create_database(owner=USER, schema=SCHEMA)
+    pair.caught_up()  # the first host of the URL may be the standby: it must know the database
+    env = {SECRET_VAR: pair.passwords[USER]}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    config = write_config(tmp_path / "project", profile_yaml(pg_pair, database))
+    address = FloatingAddress(pair.primary.port) if floating else None
+    config = write_config(folder / "project", profile_yaml(pair, database, address))
     setup = EngineSetup("postgresql", config, env)
-    folder = tmp_path / "project" / "migrations"
-    folder.mkdir()
-    (folder / "0001_failover.sql").write_text(migration_sql(), encoding="utf-8")
-    result = setup.hook().migrate(folder)
+    migrations = folder / "project" / "migrations"
+    migrations.mkdir()
+    (migrations / "0001_failover.sql").write_text(migration_sql(), encoding="utf-8")
+    result = setup.hook().migrate(migrations)
     assert result.applied[-1] == "PROJECT 0001_failover.sql", result
-    yield FailoverEngine(pg_pair, database, setup)
+    return FailoverEngine(pair, database, setup, address)
+
+
+@pytest.fixture(params=["multi-host", "floating"])
+def failover_engine(
+    request: pytest.FixtureRequest, pg_pair: PgPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FailoverEngine]:
+    """An Engine DB on the pair through each URL form in turn: both hosts (PgJDBC's multi-host form, primary
+    only), then one floating address that follows the primary."""
+    engine = _engine(pg_pair, tmp_path, monkeypatch, floating=request.param == "floating")
+    try:
+        yield engine
+    finally:
+        if engine.floating is not None:
+            engine.floating.close()
 
 
 @pytest.fixture(scope="module")

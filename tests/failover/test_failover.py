@@ -102,6 +102,7 @@ def run_through(
             more = acknowledged(folder) + STEPS_BEFORE
             pump_until(job, watch, lambda: acknowledged(folder) >= more, 60.0, "steps the standby misses")
         getattr(engine.pair, operation)()
+        engine.follow_primary()
         promoted = engine.pair.promoted_wall
         after = time.monotonic() + SECONDS_AFTER
         pump_until(

@@ -272,6 +272,7 @@ def test_a_switchover_hands_over_cleanly_and_the_old_primary_streams_again(
     judge(failover_engine, folder, watch, promoted)
 
 
+@pytest.mark.parametrize("failover_engine", ["multi-host"], indirect=True)  # one URL form is enough here
 def test_the_tier_sees_what_an_asynchronous_standby_loses(
     failover_engine: FailoverEngine, failover_pool: Pool, tmp_path: Path
 ) -> None:

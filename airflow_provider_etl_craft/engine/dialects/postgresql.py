@@ -488,8 +488,10 @@ class PostgresDialect(EngineDialect[PgConnection]):
     ) -> tuple[Exception, bool]:
         """Why libpq could not open a session, decided by what the server answers (:mod:`.pg_probe`), by
         SQLSTATE where it gives one, never by libpq's text (which is shown, not read); and whether the login
-        itself was refused: the server asked the probe to authenticate (so it would take a session for this
-        user and database), or the driver reports an authentication SQLSTATE.
+        itself was refused: the probe, logging in with the same credential, was refused with an authentication
+        SQLSTATE (28xxx) or could not answer the server's authentication request (no password; GSSAPI, OAuth),
+        or the driver reports an authentication SQLSTATE. A login that passed and then met a limit (53300) is
+        no refused login: the credential is not renewed for it.
 
         With a ``target_session_attrs`` that asks for a primary, a host that would take the session may have
         been skipped for being a standby or read-only: :meth:`_no_primary` logs in to find out first."""

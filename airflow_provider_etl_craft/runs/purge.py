@@ -128,7 +128,7 @@ class PurgeResult:
     pipeline: str | None
     dry_run: bool
     batch_size: int
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_COLUMNS, 0))
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_COLUMNS.values(), 0))
     batches: int = 0
     kept: int = 0
     interrupted: list[int] = field(default_factory=list)

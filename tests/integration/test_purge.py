@@ -22,6 +22,7 @@ import pytest
 
 from airflow_provider_etl_craft.cli.main import main as cli_main
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
 from airflow_provider_etl_craft.runs.gates import Edge, Gates
 from airflow_provider_etl_craft.runs.purge import MANIFEST, TABLES, Purge
 from tests.conftest import EngineSetup, engine_rows
@@ -355,3 +356,28 @@ def test_a_second_purge_while_one_runs_is_refused(db: Db) -> None:
 
     with pytest.raises(RunStateError, match="still running"):
         purge(db.hook)
+
+
+def test_a_purge_on_an_engine_db_etl_craft_made_passes_its_guards_which_stay_as_they_were(
+    engine: EngineSetup,
+) -> None:
+    from tests.fixtures.etl_craft_made import build, etl_craft_connection, run
+
+    build(engine)
+    hook = engine.hook()
+    assert hook.init_db().shared  # adopted: ENGINE 0005's adopt step adds only AUD_ENGINE_PURGES
+    with hook.lifecycle(lock_timeout=30) as lc:  # DOWN consumes UP's second run: its first run and UP's go
+        who = RunIdentity("down_dag", "run_1", run_date=datetime(2026, 1, 4, tzinfo=UTC))
+        assert lc.claim("DOWN", who).action == "CREATED"
+        lc.finish_task(lc.start_task("DOWN", "X", who, 1), "SUCCESS", TaskCounts(rows_written=1))
+        lc.finish_run("DOWN", who, {"X": "success"})
+    keys = ("schedule:up:1", "schedule:down:1")
+    result = purge(hook)
+    assert {k: v for k, v in result.counts.items() if v} == {
+        "RUNS_DELETED": 2, "TASK_RUNS_DELETED": 2, "ATTEMPTS_DELETED": 2, "GATE_DECISIONS_DELETED": 1,
+        "CONSUMPTIONS_DELETED": 1, "PAUSES_DELETED": 1, "INTERVENTIONS_DELETED": 1,
+    }  # fmt: skip
+    assert engine_rows(hook, "SELECT RUN_KEY FROM AUD_PIPELINES_RUN_LOG WHERE RUN_KEY IN (?, ?)", keys) == []
+    with pytest.raises(Exception) as refused, etl_craft_connection(engine) as conn:  # noqa: PT011
+        run(conn, engine.dialect, "DELETE FROM AUD_DEPENDENCY_CONSUMPTION")
+    assert isinstance(refused.value, hook.engine.database_error())

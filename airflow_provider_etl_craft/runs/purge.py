@@ -32,7 +32,12 @@ from airflow_provider_etl_craft.engine import actor
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.schema import require_current
-from airflow_provider_etl_craft.errors import ConfigurationError, MetadataError, RunStateError
+from airflow_provider_etl_craft.errors import (
+    ConfigurationError,
+    LockTimeoutError,
+    MetadataError,
+    RunStateError,
+)
 
 FINISHED = ("SUCCESS", "FAILED", "SKIPPED", "CANCELLED")
 #: The tables a purge deletes from, in the order it deletes (children before parents), with their keys.
@@ -229,28 +234,36 @@ class Purge:
         return _Plan(candidates, found - len(candidates))
 
     def _check_batch(self, cur: Cursor, batch: list[int], candidates: set[int]) -> None:
-        """Inside the batch's transaction: every run of the batch may still go. :raises _Replan: one may not."""
+        """Inside the batch's transaction: every run of the batch may still go, and so may every other run whose
+        rows the batch deletes (rows that point at the batch). :raises _Replan: one may not."""
+        runs = _in(batch)
+        task_runs = f"(SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID IN {runs})"  # noqa: S608
+        attempts = (
+            "(SELECT a.ATTEMPT_ID FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "  # noqa: S608
+            f"WHERE tr.PIPELINE_RUN_ID IN {runs})"
+        )
+        refs = self._query(
+            f"SELECT PIPELINE_RUN_ID FROM AUD_GATE_DECISIONS WHERE SELECTED_PIPELINE_RUN_ID IN {runs} "  # noqa: S608
+            f"OR SELECTED_TASK_RUN_ID IN {task_runs} OR ATTEMPT_ID IN {attempts} "
+            f"UNION SELECT PIPELINE_RUN_ID FROM AUD_DEPENDENCY_CONSUMPTION "
+            f"WHERE CONSUMED_PIPELINE_RUN_ID IN {runs} OR CONSUMED_TASK_RUN_ID IN {task_runs}",
+            tuple(batch) * 5,
+            cur,
+        )
+        referring = {int(r[0]) for r in refs}
+        outside = sorted(referring - candidates)
+        if outside:
+            raise _Replan(f"kept run(s) {outside} refer to the batch")
+        touched = sorted(referring | set(batch))
         changed = self._query(
-            f"SELECT PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID IN {_in(batch)} AND "  # noqa: S608
+            f"SELECT PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID IN {_in(touched)} AND "  # noqa: S608
             f"(STATUS NOT IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') OR REPAIR_PENDING <> 'N' "
             f"OR PIPELINE_RUN_ID IN ({_PROTECTED}))",
-            batch,
+            touched,
             cur,
         )
         if changed:
             raise _Replan(f"run(s) {sorted(int(r[0]) for r in changed)} became protected")
-        runs = _in(batch)
-        task_runs = f"(SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID IN {runs})"  # noqa: S608
-        refs = self._query(
-            f"SELECT PIPELINE_RUN_ID FROM AUD_GATE_DECISIONS WHERE SELECTED_PIPELINE_RUN_ID IN {runs} "  # noqa: S608
-            f"OR SELECTED_TASK_RUN_ID IN {task_runs} UNION SELECT PIPELINE_RUN_ID FROM AUD_DEPENDENCY_CONSUMPTION "
-            f"WHERE CONSUMED_PIPELINE_RUN_ID IN {runs} OR CONSUMED_TASK_RUN_ID IN {task_runs}",
-            tuple(batch) * 4,
-            cur,
-        )
-        outside = sorted(int(r[0]) for r in refs if int(r[0]) not in candidates)
-        if outside:
-            raise _Replan(f"kept run(s) {outside} refer to the batch")
 
     # -- writing -------------------------------------------------------------------------------------------
 
@@ -458,18 +471,16 @@ class Purge:
                     parts = [(t, *_rows_of_batch(t, batch)) for t, _ in TABLES[:-1]]
                     counts = self._delete_rows(cur, parts, self.result.batches + 1)
                     self._record(cur, counts)
-            except _Replan:
+            except (_Replan, self.engine.integrity_error()) as exc:  # history changed under the batch
                 replans += 1
                 if replans > REPLANS:
-                    raise
+                    raise LockTimeoutError(
+                        f"purge {self.result.purge_id} gave up after {REPLANS} batches in a row that concurrent "
+                        f"writers changed under it on the Engine DB {self.engine.describe()} ({exc}); the batches "
+                        "before it stay deleted: run the purge again, at a quieter time or with a smaller --batch-size"
+                    ) from exc
                 plan = self.plan()
                 self.result.kept = plan.kept
-                continue
-            except self.engine.integrity_error():  # a concurrent writer referred to the batch meanwhile
-                replans += 1
-                if replans > REPLANS:
-                    raise
-                plan = self.plan()
                 continue
             plan.candidates.difference_update(batch)
             if self.on_batch is not None:

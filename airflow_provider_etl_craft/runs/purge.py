@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -67,6 +68,10 @@ STALE_AFTER = timedelta(minutes=10)
 #: How often a batch whose runs changed under it (a new reference, a reopened run) is planned again.
 REPLANS = 5
 MANIFEST = "MANIFEST.sha256"
+#: SQLite: seconds between two batches at least (and no less than the batch took). SQLite has one write lock
+#: and a waiting writer polls for it every 100 ms at most, so a pause this long lets every waiting claim in
+#: before the next batch; back to back, batches could starve it.
+SQLITE_PAUSE = 0.1
 
 #: Runs a gate or claim still reads, whatever their age (see the module docstring).
 _PROTECTED = (
@@ -464,6 +469,7 @@ class Purge:
         plan = self.plan()
         self.result.kept = plan.kept
         while plan.candidates:
+            started = time.monotonic()
             batch = sorted(plan.candidates)[: self.batch_size]
             try:
                 with self._batch_transaction() as cur:
@@ -483,8 +489,14 @@ class Purge:
                 self.result.kept = plan.kept
                 continue
             plan.candidates.difference_update(batch)
+            self._pause(started)
             if self.on_batch is not None:
                 self.on_batch(self.result.batches)
+
+    def _pause(self, started: float) -> None:
+        """SQLite: leave the write lock free for :data:`SQLITE_PAUSE`, or as long as the batch took, if longer."""
+        if self.engine.name == "sqlite":
+            time.sleep(max(SQLITE_PAUSE, time.monotonic() - started))
 
     def _loose_parts(self) -> list[tuple[str, str, list[Any]]]:
         """Rows of no run that ended before the cutoff: resumed pauses, and interventions without a run."""
@@ -502,6 +514,7 @@ class Purge:
         for table, where, params in self._loose_parts():
             key = keys[table]
             while True:
+                started = time.monotonic()
                 with self._batch_transaction() as cur:
                     ids = [
                         int(r[0])
@@ -517,6 +530,7 @@ class Purge:
                         cur, [(table, f"{key} IN {_in(ids)}", ids)], self.result.batches + 1
                     )
                     self._record(cur, counts)
+                self._pause(started)
 
 
 def _json_value(value: Any) -> Any:

@@ -11,6 +11,8 @@
    counted at a loopback STS / OAuth token server, from 1 and 2 processes (:mod:`bench.credentials`).
 5. Under a real scheduler (:mod:`bench.scheduler`, in a subprocess): recorded vs plain DAG runs and claim
    hand-off latency in an Airflow deployment (LocalExecutor, SQLite and PostgreSQL Engine DBs).
+6. Deferred waits at scale (:mod:`bench.waits`): the Engine DB sessions 1,000 waits in one triggerer hold,
+   and how soon each wakes after its blocking run ends.
 
 **One round trip** is one statement or transaction-control message sent to the database and waited for:
 with psycopg2 in autocommit mode (the provider's connections) every ``cursor.execute`` is one round trip —
@@ -81,7 +83,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--handoffs", type=int, help="part 5: hand-offs per Engine DB and wait mode (default 10; quick 3)"
     )
-    parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow", "credentials", "scheduler"],
+    parser.add_argument(
+        "--waits",
+        type=int,
+        help="part 6: deferred waits in one triggerer, 5 per pipeline (default 1000; quick 100)",
+    )
+    parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow", "credentials", "scheduler", "waits"],
                         help="leave a part out (repeatable)")  # fmt: skip
     parser.add_argument("--keep-workdir", action="store_true", help="keep the temporary work directory")
     args = parser.parse_args(argv)
@@ -98,6 +105,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.sched_repeats or (1 if quick else 3),
         args.handoffs or (3 if quick else 10),
     )
+    args.waits = args.waits or (100 if quick else 1000)
     return args
 
 
@@ -137,7 +145,7 @@ def run_airflow_part(workdir: Path, tasks: int, repeats: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     # Imported here, not at module level: spawned worker processes re-import this module as __mp_main__,
     # and should not pay for Airflow twice.
-    from bench import bookkeeping, contention, credentials, engines, report, scheduler
+    from bench import bookkeeping, contention, credentials, engines, report, scheduler, waits
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     args = parse_args(argv)
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 hook, "sqlite", BOOK_PIPELINE, codes, args.runs
             )
 
-        if not {"postgresql", "contention", "credentials"} <= set(args.skip):
+        if not {"postgresql", "contention", "credentials", "waits"} <= set(args.skip):
             log("starting a throwaway PostgreSQL cluster")
             pg = engines.PgServer.start(workdir / "postgresql")
             log(f"  PostgreSQL {pg.cluster.version} on {pg.cluster.host}:{pg.cluster.port}"
@@ -200,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
                     engines.task_codes(args.cred_tasks),
                     log,
                 )
+            if "waits" not in args.skip:
+                log(
+                    f"part 6, deferred waits: {args.waits} waits in one triggerer process, each run's end wakes 5"
+                )
+                results["waits"] = waits.measure(pg, hook, max(1, args.waits // 5), 5, log)
             results["machine"] = engines.machine(pg)
             pg.stop()
             pg = None

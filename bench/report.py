@@ -218,6 +218,20 @@ def credentials_section(result: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def waits_section(result: dict[str, Any] | None) -> str:
+    """Part 6: deferred waits in one triggerer process."""
+    if not result:
+        return ""
+    wake = result["wake_ms"]
+    rows = [
+        ["deferred waits in one triggerer process", str(result["waits"])],
+        ["Engine DB sessions they hold", str(result["sessions"])],
+        ["wake after the blocking run's end, ms (median / p99 / max)",
+         f"{wake['median']:.0f} / {wake['p99']:.0f} / {wake['max']:.0f}"],
+    ]  # fmt: skip
+    return "Deferred waits (one triggerer, PostgreSQL, LISTEN)\n" + table(["", "measured"], rows)
+
+
 def airflow_section(result: dict[str, Any] | None) -> str:
     """Part 3: dag.test() times of the plain and the recorded DAG."""
     if not result:
@@ -294,6 +308,19 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             + f"; {max(r['calls_per_run'] for r in rows):.2f} per run",
             "value": worst, "met": all(r["met"] for r in rows),
         })  # fmt: skip
+    waits = results.get("waits")
+    if waits:
+        wake = waits["wake_ms"]
+        out.append({
+            "target": "1,000 deferred waits in one triggerer hold <= 3 Engine DB sessions",
+            "measured": f"{waits['sessions']} for {waits['waits']} waits",
+            "value": waits["sessions"], "met": waits["sessions"] <= 3,
+        })  # fmt: skip
+        out.append({
+            "target": "each wait wakes within 1 s (median) and 2 s (p99) of its blocking run's end",
+            "measured": f"{wake['median'] / 1000:.2f} s / {wake['p99'] / 1000:.2f} s",
+            "value": wake["p99"], "met": wake["median"] <= 1000 and wake["p99"] <= 2000,
+        })  # fmt: skip
     airflow = results.get("airflow")
     if airflow and "ratio" in airflow:
         out.append({
@@ -339,6 +366,7 @@ def render(results: dict[str, Any]) -> str:
         contention_section(results.get("contention")),
         airflow_section(results.get("airflow")),
         credentials_section(results.get("credentials")),
+        waits_section(results.get("waits")),
         scheduler_part.section(results.get("scheduler"), table),
         targets_section(results.get("targets", [])),
         machine_section(results["machine"]),

@@ -16,6 +16,7 @@ only say when to read it again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from airflow_provider_etl_craft.engine.dbapi import Connection
@@ -32,18 +33,50 @@ _WATCHED = (
 )
 
 
-def _state_sql(count: int) -> str:
-    """The fingerprint of ``count`` pipelines (``count`` placeholders, repeated for each part)."""
-    ids = ", ".join("?" * count)
-    live = f"r.PIPELINE_ID IN ({ids}) AND r.STATUS = 'IN-PROGRESS'"
+#: Most pipeline ids one fingerprint read binds (far below SQLite's and PostgreSQL's parameter limits).
+READ_CHUNK = 500
+
+
+def _components_sql(count: int) -> str:
+    """Each of ``count`` pipelines' share of a fingerprint, by PIPELINE_ID: IN-PROGRESS runs (how many, the
+    sum of their ids), task runs ended inside them, open pauses, and the newest run id."""
+    live = "r.PIPELINE_ID = p.PIPELINE_ID AND r.STATUS = 'IN-PROGRESS'"
     return (
-        f"SELECT (SELECT COUNT(*) FROM AUD_PIPELINES_RUN_LOG r WHERE {live}), "  # noqa: S608 - placeholders only
+        "SELECT p.PIPELINE_ID, "  # noqa: S608 - constant text and placeholders only
+        f"(SELECT COUNT(*) FROM AUD_PIPELINES_RUN_LOG r WHERE {live}), "
         f"(SELECT COALESCE(SUM(r.PIPELINE_RUN_ID), 0) FROM AUD_PIPELINES_RUN_LOG r WHERE {live}), "
         "(SELECT COUNT(*) FROM AUD_TASK_RUN_LOG tr JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = "
         f"tr.PIPELINE_RUN_ID WHERE {live} AND tr.STATUS <> 'IN-PROGRESS'), "
-        f"(SELECT COUNT(*) FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID IN ({ids}) AND pp.RESUMED_AT IS NULL), "
-        f"(SELECT COALESCE(MAX(r.PIPELINE_RUN_ID), 0) FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID IN ({ids}))"
+        "(SELECT COUNT(*) FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID AND pp.RESUMED_AT IS NULL), "
+        "(SELECT COALESCE(MAX(r.PIPELINE_RUN_ID), 0) FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = p.PIPELINE_ID) "
+        f"FROM CFG_PIPELINES p WHERE p.PIPELINE_ID IN ({', '.join('?' * count)})"
     )
+
+
+def fingerprints(
+    engine: EngineDialect, conn: Connection, watches: Sequence[frozenset[int]]
+) -> list[list[int]]:
+    """The fingerprint of each set of pipeline ids (a JSON-friendly list; empty for an empty set), from one read
+    of their union (one statement per :data:`READ_CHUNK` pipelines): so any number of waits cost one query.
+
+    A set's fingerprint adds up its pipelines' shares (the newest run id is their maximum), so it is the same
+    whether read alone or with others.
+    """
+    union = sorted(set().union(*watches)) if watches else []
+    shares: dict[int, tuple[int, ...]] = {}
+    for at in range(0, len(union), READ_CHUNK):
+        chunk = tuple(union[at : at + READ_CHUNK])
+        for row in engine.execute(conn, _components_sql(len(chunk)), chunk).rows:
+            shares[int(row[0])] = tuple(int(v) for v in row[1:])
+    found = []
+    for ids in watches:
+        parts = [shares.get(i, (0, 0, 0, 0, 0)) for i in sorted(ids)]
+        found.append(
+            [sum(p[k] for p in parts) for k in range(4)] + [max((p[4] for p in parts), default=0)]
+            if ids
+            else []
+        )
+    return found
 
 
 @dataclass(frozen=True)
@@ -60,11 +93,7 @@ class Watch:
 
     def state(self, conn: Connection) -> list[int]:
         """The fingerprint now (a JSON-friendly list; empty when the pipeline is not active)."""
-        if not self.pipeline_ids:
-            return []
-        ids = tuple(sorted(self.pipeline_ids))
-        (row,) = self.engine.execute(conn, _state_sql(len(ids)), ids * 5).rows
-        return [int(v) for v in row]
+        return fingerprints(self.engine, conn, [self.pipeline_ids])[0]
 
 
 def watch_state(engine: EngineDialect, conn: Connection, pipeline_code: str) -> list[int]:

@@ -31,7 +31,7 @@ class Claim(Transition):
     """Bind a DAG run to its Engine run, under the ``pipeline:<code>`` lock.
 
     Repeatable after a lost session: a run its first send created is RESUMED by the run key; one it
-    recorded SKIPPED is known by its START_DATE, the step's own time.
+    recorded SKIPPED is known by its START_DATE, the time the step wrote.
     """
 
     repeatable = True
@@ -213,7 +213,7 @@ class Claim(Transition):
         ended_by: tuple[str | None, str | None] | None = None,
     ) -> int:
         """Insert the keyed run IN-PROGRESS, or already ended (SKIPPED) with ``ended_by`` (actor, kind)."""
-        now_db = self.now()[1]
+        now_db = self.wrote_at = self.now()[1]
         run_date = None if identity.run_date is None else self.engine.to_db_date(identity.run_date)
         end, by, kind = (now_db, *ended_by) if status != "IN-PROGRESS" and ended_by else (None, None, None)
         run_id = self.returning(

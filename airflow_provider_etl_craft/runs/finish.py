@@ -75,15 +75,9 @@ class FinishRun(Transition):
                 )
             run, sla_status, sla_hours = self.run_row(row[: RunRow.WIDTH]), *row[RunRow.WIDTH :]
             if run.status != "IN-PROGRESS":
-                # Ended since this step began: by its first send, whose reply was lost (the one-call form stamps
-                # the later of the step's time and the server's clock, so the time alone cannot prove it).
-                began = self.engine.from_db_time(self.now()[1])
-                mine = (
-                    self.repeating
-                    and run.end_date is not None
-                    and began is not None
-                    and run.end_date >= began
-                )
+                # Ended since this step began: by its first send, whose reply was lost (the end's time is the
+                # server's or the step's, whichever is later, so the time alone cannot prove it).
+                mine = self.repeating and run.end_date is not None and run.end_date >= self.began
                 return FinishOutcome(
                     run.pipeline_run_id, run.status, already_ended=not mine, sla_status=sla_status
                 )

@@ -72,7 +72,10 @@ class Transition:
         self.token = owner_token()
         #: True while the step is sent again after a lost session.
         self.repeating = False
-        self._clock: tuple[datetime, Any] | None = None
+        #: When the step began: what it ended since then may be its own first send's (a repeat's evidence).
+        self.began = engine.now()
+        #: The time (as stored) of the row the step last wrote, which a repeat recognises it by.
+        self.wrote_at: Any = None
 
     def locked(self, pipeline_code: str) -> AbstractContextManager[Any]:
         """A write transaction holding the ``pipeline:<code>`` lock, released by its COMMIT or ROLLBACK."""
@@ -100,17 +103,18 @@ class Transition:
             self.exec(cur, *notice)
 
     def now(self) -> tuple[datetime, Any]:
-        """The step's time, and as the database stores it: read once per step, so a repeated step writes the
-        same times, and a run it ended or skipped is known for its own by them."""
-        if self._clock is None:
-            now = self.engine.now()
-            self._clock = now, self.engine.to_db_time(now)
-        return self._clock
+        """The current time, and as the database stores it."""
+        now = self.engine.now()
+        return now, self.engine.to_db_time(now)
 
     def stamped(self, value: datetime | None) -> bool:
-        """Whether a time read back is this step's own (:meth:`now`, as stored): how a repeated step knows a
-        run its first send wrote."""
-        return value is not None and value == self.engine.from_db_time(self.now()[1])
+        """Whether a time read back is the one this step wrote (:attr:`wrote_at`): how a repeated step knows a
+        row its first send wrote."""
+        return (
+            value is not None
+            and self.wrote_at is not None
+            and value == self.engine.from_db_time(self.wrote_at)
+        )
 
     def run_row(self, row: tuple[Any, ...]) -> RunRow:
         return RunRow.from_db(self.engine, row)

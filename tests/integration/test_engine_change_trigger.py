@@ -21,7 +21,8 @@ import psycopg2
 import pytest
 
 from airflow_provider_etl_craft.runs import RunIdentity
-from airflow_provider_etl_craft.runs.changes import Watch, watch_state
+from airflow_provider_etl_craft.runs.changes import watch_state
+from airflow_provider_etl_craft.triggers import wait_hub
 from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
 from tests.conftest import EngineSetup, pg_profile_yaml, write_config
 from tests.fixtures.fix_pg import REQUIRE_ENV, PgCluster, PgDatabase, PostgresUnavailable, find_bindir
@@ -130,18 +131,18 @@ def test_a_finish_committed_while_the_trigger_reads_the_fingerprint_still_wakes_
     """The finish commits right after the trigger's first fingerprint read (which saw the run still open):
     what the trigger watches for changes (LISTEN, SQLite's data_version) was set up before that read, so the
     commit is seen; reading SQLite's counter after the fingerprint left this commit in between, unseen."""
-    original = Watch.state
+    original = wait_hub.read_fingerprints
     calls: list[int] = []
 
-    def state_then_finish(self: Watch, conn: Any) -> list[int]:
-        found = original(self, conn)
+    def state_then_finish(*args: Any) -> list[list[int]]:
+        found = original(*args)
         calls.append(len(calls))
         if len(calls) == 1:
             finish(waited)  # another connection commits the end of the waited run now
         return found
 
     before = seen(waited)
-    monkeypatch.setattr(Watch, "state", state_then_finish)
+    monkeypatch.setattr(wait_hub, "read_fingerprints", state_then_finish)
     running = Running(trigger(before))
     assert running.result(30) == {"status": "changed", "pipeline_code": WAITED, "deadline": None}
     assert len(calls) >= 2  # looked again after the change was signalled
@@ -267,3 +268,14 @@ def _safe(check: Any, *args: Any) -> bool:
         return bool(check(*args))
     except psycopg2.OperationalError:
         return False
+
+
+def test_a_defect_in_the_shared_hub_fails_the_wait_instead_of_hanging_it(
+    waited: EngineSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any) -> list[list[int]]:
+        raise ValueError("a defect in the hub")
+
+    monkeypatch.setattr(wait_hub, "read_fingerprints", broken)
+    with pytest.raises(ValueError, match="a defect in the hub"):
+        Running(trigger(seen(waited))).result(30)

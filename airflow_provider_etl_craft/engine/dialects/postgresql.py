@@ -158,14 +158,25 @@ class PostgresDialect(EngineDialect[PgConnection]):
         }
 
     def _open(self, driver: PgDriver) -> PgConnection:
-        """A session with the auth mode's credential; when the server refuses that login, the mode may renew a
-        credential it cached (:meth:`AuthMode.renew_kwargs`) and the login is tried once more, never twice."""
+        """A session with the auth mode's credential.
+
+        When the server seems to refuse the login, the login is tried once more at once: a server that is
+        starting up or shutting down (a switchover, a restart) refuses sessions it takes a moment later, and
+        libpq's refusal carries no SQLSTATE to tell that from a wrong credential; the second refusal is the one
+        classified. Then the mode may renew a credential it cached (:meth:`AuthMode.renew_kwargs`) and the
+        login is tried with it, once.
+        """
         auth, profile = self.profile.auth, self.profile
         auth_kwargs = auth.connect_kwargs(profile)
         try:
             return driver.connect(**self._with_target(auth_kwargs, driver))
         except driver.OperationalError as exc:
             error, login_refused = self._connect_error(exc, driver, auth_kwargs)
+        if login_refused:
+            try:
+                return driver.connect(**self._with_target(auth_kwargs, driver))
+            except driver.OperationalError as exc:
+                error, login_refused = self._connect_error(exc, driver, auth_kwargs)
         # Outside the handler: an error of the renewal (the token endpoint is down) carries no driver error.
         renewed = auth.renew_kwargs(profile, auth_kwargs) if login_refused else None
         if renewed is None:

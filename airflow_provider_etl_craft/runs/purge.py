@@ -337,19 +337,26 @@ class Purge:
         """One JSON Lines file per table of the batch, fsynced, then their sha256 lines in the manifest."""
         assert self.archive_dir is not None and self.result.purge_id is not None
         folder = self.archive_dir / f"purge-{self.result.purge_id:06d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        lines = []
-        for table, rows in tables:
-            if not rows:
-                continue
-            name = f"batch-{batch_no:06d}-{table}.jsonl"
-            data = "".join(
-                json.dumps(row, default=_json_value, sort_keys=True) + "\n" for row in rows
-            ).encode()
-            _write_synced(folder / name, data, "wb")
-            lines.append(f"{hashlib.sha256(data).hexdigest()}  {name}\n")
-        if lines:
-            _write_synced(folder / MANIFEST, "".join(lines).encode(), "ab")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            lines = []
+            for table, rows in tables:
+                if not rows:
+                    continue
+                name = f"batch-{batch_no:06d}-{table}.jsonl"
+                data = "".join(
+                    json.dumps(row, default=_json_value, sort_keys=True) + "\n" for row in rows
+                ).encode()
+                _write_synced(folder / name, data, "wb")
+                lines.append(f"{hashlib.sha256(data).hexdigest()}  {name}\n")
+            if lines:
+                _write_synced(folder / MANIFEST, "".join(lines).encode(), "ab")
+        except OSError as exc:
+            raise ConfigurationError(
+                f"purge {self.result.purge_id} cannot write its archive in {folder} ({exc.strerror or exc}); "
+                f"batch {batch_no} was not deleted (nothing is deleted before it is archived): give --archive a "
+                "writable folder with free space and run the purge again"
+            ) from None
 
     # -- the purge -----------------------------------------------------------------------------------------
 

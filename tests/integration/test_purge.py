@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_etl_craft.cli.main import main as cli_main
+from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
 from airflow_provider_etl_craft.runs.gates import Edge, Gates
@@ -382,3 +383,17 @@ def test_a_purge_on_an_engine_db_etl_craft_made_passes_its_guards_which_stay_as_
     with pytest.raises(Exception) as refused, etl_craft_connection(engine) as conn:  # noqa: PT011
         run(conn, engine.dialect, "DELETE FROM AUD_DEPENDENCY_CONSUMPTION")
     assert isinstance(refused.value, hook.engine.database_error())
+
+
+def test_an_archive_that_cannot_be_written_stops_the_purge_before_it_deletes(db: Db, tmp_path: Path) -> None:
+    history(db)
+    before = everything(db.hook)
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the archive folder should go")
+    with pytest.raises(ConfigurationError, match="cannot write its archive") as stopped:
+        purge(db.hook, archive_dir=blocked)
+    assert "was not deleted" in str(stopped.value)
+    assert everything(db.hook) == before
+    assert db.records("SELECT STATUS, BATCHES, RUNS_DELETED, BATCH_OPEN FROM AUD_ENGINE_PURGES") == [
+        ("FAILED", 0, 0, "N")
+    ]

@@ -85,6 +85,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "etl-craft",
                 "python-modules": [
                     "airflow_provider_etl_craft.operators.init_db",
+                    "airflow_provider_etl_craft.operators.purge",
                     "airflow_provider_etl_craft.operators.pipeline_run",
                     "airflow_provider_etl_craft.operators.task_run",
                 ],

@@ -9,6 +9,7 @@ import math
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -235,6 +236,47 @@ def _resume(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _purge(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
+    """Delete (or, with --dry-run, count) finished runs older than --older-than and their rows, in batches."""
+    doc = commands.purge(
+        hook,
+        args.older_than,
+        pipeline=args.pipeline,
+        batch_size=args.batch_size,
+        archive_dir=args.archive,
+        dry_run=args.dry_run,
+        by=args.by,
+        kind="HUMAN",
+    )
+    if args.format == "json":
+        return _print_json(doc, out)
+    scope = f"pipeline {doc['pipeline_code']}" if doc["pipeline_code"] else "every pipeline"
+    head = "dry run: would delete" if doc["dry_run"] else f"purge {doc['purge_id']} deleted"
+    print(f"{head} runs of {scope} that ended before {doc['cutoff']} ({doc['batches']} batch(es))", file=out)
+    rows = [{"table": _COUNT_TABLES[column], "rows": count} for column, count in doc["counts"].items()]
+    print(_table((("TABLE", "table"), ("ROWS", "rows")), rows), file=out)
+    print(
+        f"{doc['runs_kept']} old run(s) kept: newest runs, runs gates still read, and runs they refer to",
+        file=out,
+    )
+    if doc["interrupted_purges"]:
+        print(f"continued interrupted purge(s) {', '.join(map(str, doc['interrupted_purges']))}", file=out)
+    if doc["archive"]:
+        print(
+            f"archive: {doc['archive']} (JSON Lines per table and batch, checked by MANIFEST.sha256)",
+            file=out,
+        )
+    return 0
+
+
+_COUNT_TABLES = {
+    "RUNS_DELETED": "AUD_PIPELINES_RUN_LOG", "TASK_RUNS_DELETED": "AUD_TASK_RUN_LOG",
+    "ATTEMPTS_DELETED": "AUD_TASK_ATTEMPTS", "GATE_DECISIONS_DELETED": "AUD_GATE_DECISIONS",
+    "CONSUMPTIONS_DELETED": "AUD_DEPENDENCY_CONSUMPTION", "PAUSES_DELETED": "AUD_PIPELINE_PAUSES",
+    "INTERVENTIONS_DELETED": "AUD_RUN_INTERVENTIONS",
+}  # fmt: skip
+
+
 COMMANDS: dict[str, tuple[Command, str]] = {
     "init-db": (_init_db, "create the Engine tables (safe to repeat: an up-to-date Engine DB is left alone)"),
     "migrate": (_migrate, "init-db if needed, then apply packaged and project migrations in file-name order"),
@@ -256,6 +298,11 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     ),
     "pause": (_pause, "pause a pipeline: its DAG runs' claims skip, running runs start no new task"),
     "resume": (_resume, "end a pipeline's pause"),
+    "purge": (
+        _purge,
+        "delete finished runs older than --older-than with their task runs, attempts, gate decisions and "
+        "consumption, in short batches; keeps what gates still read (docs/retention.md)",
+    ),
 }
 #: Commands that change a pipeline's pause: --pipeline, --reason, --by.
 PAUSES = ("pause", "resume")
@@ -344,6 +391,62 @@ def _add_view_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
         cmd.add_argument("--run-id", type=_text, metavar="RUN_ID", help="Airflow DAG run id (with --dag-id)")
 
 
+def _age(text: str) -> timedelta:
+    from airflow_provider_etl_craft.runs.purge import parse_age
+
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _batch_size(text: str) -> int:
+    from airflow_provider_etl_craft.runs.purge import MAX_BATCH_SIZE
+
+    value = _at_least_one(text)
+    if value > MAX_BATCH_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BATCH_SIZE} runs per batch, got {value}")
+    return value
+
+
+def _add_purge_arguments(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--older-than",
+        required=True,
+        type=_age,
+        metavar="AGE",
+        help="delete runs that ended more than AGE ago: a number and a unit s, m, h, d or w (e.g. 90d)",
+    )
+    cmd.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
+    cmd.add_argument(
+        "--batch-size",
+        type=_batch_size,
+        default=None,
+        metavar="N",
+        help="runs per batch, each batch one short transaction (default 500)",
+    )
+    cmd.add_argument(
+        "--pipeline", type=_text, default=None, metavar="CODE", help="only runs of this PIPELINE_CODE"
+    )
+    cmd.add_argument(
+        "--archive",
+        type=_typed_path,
+        default=None,
+        metavar="DIR",
+        help="write each batch's rows to DIR before deleting them (JSON Lines and a sha256 manifest)",
+    )
+    cmd.add_argument(
+        "--by",
+        default=_default_actor(),
+        type=_text,
+        metavar="NAME",
+        help="who (default: the login name; stored in AUD_ENGINE_PURGES with kind HUMAN)",
+    )
+    cmd.add_argument(
+        "--format", choices=("table", "json"), default="table", help="table (default) or one JSON document"
+    )  # fmt: skip
+
+
 def _run_id(text: str) -> int:
     """A ``PIPELINE_RUN_ID``: a whole number from 1 to 2**63-1 (both engines' id range)."""
     value = _at_least_one(text)
@@ -386,7 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Administer an etl-craft Engine DB and inspect its runs outside Airflow.",
         epilog="Exit status: 0 ok, 1 failure (validate: a problem found), 2 usage, 3 configuration, 4 metadata, "
         "5 graph, 6 self dependency, 7 dependency cycle, 8 unknown task, 9 run state, "
-        "12 Engine DB, 13 migration, 14 lock timeout, 20 stale transition.",
+        "12 Engine DB, 13 migration, 14 lock timeout, 20 stale transition. purge: 4 unknown --pipeline, "
+        "9 another purge is running, 12 Engine DB not migrated to the latest ENGINE version.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -394,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
         if name in RUN_VIEWS:
             _add_view_arguments(cmd, name)
+            continue
+        if name == "purge":
+            _add_purge_arguments(cmd)
             continue
         if name in PAUSES:
             cmd.add_argument(

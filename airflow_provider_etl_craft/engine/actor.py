@@ -24,6 +24,8 @@ class Actor:
     name: str
     kind: str
     migration: str = ""
+    #: etl-craft's ``purpose`` of the writes: ``retention`` inside a purge batch only (docs/retention.md).
+    purpose: str = ""
 
 
 #: What the provider acts as outside a run or a CLI action of a person (init-db, migrate, housekeeping).
@@ -37,13 +39,16 @@ def current() -> Actor:
 
 
 @contextmanager
-def acting_as(name: str | None, kind: str | None = None, migration: str | None = None) -> Iterator[Actor]:
+def acting_as(
+    name: str | None, kind: str | None = None, migration: str | None = None, purpose: str | None = None
+) -> Iterator[Actor]:
     """Write as ``name`` of ``kind`` (kept from the enclosing actor where None) inside the block."""
     outer = _CURRENT.get()
     actor = Actor(
         name or outer.name,
         kind if kind is not None and kind in KINDS else outer.kind,
         migration or outer.migration,
+        outer.purpose if purpose is None else purpose,
     )
     token = _CURRENT.set(actor)
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
+from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft import _compat
@@ -173,3 +175,38 @@ def validate(hook: EngineDBHook, code: str | None = None) -> Document:
                 )
         report = graph.validate(hook.engine, queries.conn, None if code is None else [code])
     return masked(report.as_json())
+
+
+def purge(
+    hook: EngineDBHook,
+    older_than: timedelta,
+    *,
+    pipeline: str | None = None,
+    batch_size: int | None = None,
+    archive_dir: str | Path | None = None,
+    dry_run: bool = False,
+    by: str | None = None,
+    kind: str = "SYSTEM",
+) -> Document:
+    """Delete finished runs that ended more than ``older_than`` ago, with their rows (docs/retention.md).
+
+    :raises MetadataError: ``pipeline`` is not in CFG_PIPELINES (CLI exit 4).
+    :raises RunStateError: another purge is running (CLI exit 9).
+    :raises EngineDBError: the Engine DB is not at the latest ENGINE migration (CLI exit 12).
+    """
+    from airflow_provider_etl_craft.runs.purge import DEFAULT_BATCH_SIZE, Purge
+
+    with closing(hook.engine.connect()) as conn:
+        cutoff = hook.engine.now() - older_than
+        job = Purge(
+            hook.engine,
+            conn,
+            cutoff,
+            pipeline=pipeline,
+            batch_size=batch_size or DEFAULT_BATCH_SIZE,
+            archive_dir=None if archive_dir is None else Path(archive_dir),
+            dry_run=dry_run,
+            by=by,
+            kind=kind,
+        )
+        return masked(job.run().as_json())

@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,7 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
         ("ENGINE", "0002_map_index.sql"),
         ("ENGINE", "0003_claim_finish_functions.sql"),
         ("ENGINE", "0004_cfg_semantics.sql"),
+        ("ENGINE", "0005_purge.sql"),
         ("PROJECT", "0001_example_pipeline.sql"),
     ]
 
@@ -128,3 +130,27 @@ def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup
         "NOTIFY_FAILURE": None,
     }
     assert orders > 0 and mart == 3
+
+
+def test_the_purge_example_deletes_old_history_in_a_dag(
+    engine: EngineSetup, airflow_db: Path, monkeypatch
+) -> None:
+    shutil.copytree(EXAMPLES / "project" / "migrations", engine.config_path.parent / "migrations")
+    hook = engine.hook()
+    hook.migrate()
+    old = hook.engine.to_db_time(hook.engine.now() - timedelta(days=200))
+    for key in ("old:1", "old:2"):  # two finished runs 200 days old: the newer one is the pipeline's latest
+        engine_rows(
+            hook,
+            "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, END_DATE, STATUS, RUN_KEY) SELECT PIPELINE_ID, "
+            "?, ?, 'SUCCESS', ? FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'DAILY_SALES'",
+            (old, old, key),
+        )
+    conn = {"conn_type": "etl_craft", "extra": {"config_path": str(engine.config_path)}}
+    monkeypatch.setenv("AIRFLOW_CONN_ETL_CRAFT_DEFAULT", json.dumps(conn))
+    run = run_dag_test(load_dag(airflow_db / "dags", EXAMPLES / "example_etl_craft_purge.py"))
+    assert run.state == "success"
+    assert engine_rows(hook, "SELECT RUN_KEY FROM AUD_PIPELINES_RUN_LOG") == [("old:2",)]
+    assert engine_rows(
+        hook, "SELECT STATUS, REQUESTED_BY, REQUESTED_BY_KIND, RUNS_DELETED FROM AUD_ENGINE_PURGES"
+    ) == [("DONE", "airflow:example_etl_craft_purge.purge_engine_history", "SCHEDULE", 1)]

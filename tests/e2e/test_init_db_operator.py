@@ -65,4 +65,5 @@ def test_init_db_operator_succeeds_and_returns_what_it_did(
         ("ENGINE", "0002_map_index.sql"),
         ("ENGINE", "0003_claim_finish_functions.sql"),
         ("ENGINE", "0004_cfg_semantics.sql"),
+        ("ENGINE", "0005_purge.sql"),
     ]

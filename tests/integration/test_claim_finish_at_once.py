@@ -620,8 +620,9 @@ def test_an_engine_db_at_0002_is_migrated_to_0003_keeping_every_row(engine: Engi
         ("0002_map_index.sql",),
         (FUNCTIONS_VERSION,),
         ("0004_cfg_semantics.sql",),
+        ("0005_purge.sql",),
     ]
-    assert latest_version(engine.hook().engine.name) == "0004_cfg_semantics.sql"
+    assert latest_version(engine.hook().engine.name) == "0005_purge.sql"
     if postgres:
         schema = engine.hook().engine_profile.schema
         functions = engine_functions(engine)

@@ -225,6 +225,7 @@ def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
         ("ENGINE", "0002_map_index.sql"),
         ("ENGINE", "0003_claim_finish_functions.sql"),
         ("ENGINE", "0004_cfg_semantics.sql"),
+        ("ENGINE", "0005_purge.sql"),
     ]
 
 

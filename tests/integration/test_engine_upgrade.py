@@ -19,7 +19,12 @@ from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from tests.conftest import EngineSetup, engine_rows
 
-PENDING = ("0002_map_index.sql", "0003_claim_finish_functions.sql", "0004_cfg_semantics.sql")
+PENDING = (
+    "0002_map_index.sql",
+    "0003_claim_finish_functions.sql",
+    "0004_cfg_semantics.sql",
+    "0005_purge.sql",
+)
 LATEST = PENDING[-1]
 
 # Runs as the previous release wrote them: a finished run with a retried task and a gate decision on its

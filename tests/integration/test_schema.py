@@ -58,6 +58,11 @@ SPEC_COLUMNS: dict[str, set[str]] = {
         "AUD_RUN_INTERVENTIONS": "INTERVENTION_ID PIPELINE_ID PIPELINE_RUN_ID TASK_ID ACTION FROM_STATUS "
         "TO_STATUS REASON REQUESTED_BY REQUESTED_BY_KIND REQUESTED_AT",
         "SCHEMA_MIGRATIONS": "SOURCE VERSION CHECKSUM APPLIED_AT",
+        # ENGINE 0005 (docs/retention.md).
+        "AUD_ENGINE_PURGES": "PURGE_ID STATUS REQUESTED_BY REQUESTED_BY_KIND HOST PID STARTED_AT HEARTBEAT_AT "
+        "ENDED_AT CUTOFF PIPELINE_CODE BATCH_SIZE ARCHIVE_DIR BATCHES RUNS_DELETED TASK_RUNS_DELETED "
+        "ATTEMPTS_DELETED GATE_DECISIONS_DELETED CONSUMPTIONS_DELETED PAUSES_DELETED INTERVENTIONS_DELETED "
+        "RESUMED_BY_PURGE_ID MESSAGE BATCH_OPEN",
     }.items()
 }
 
@@ -92,6 +97,9 @@ VALUE_LISTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("AUD_RUN_INTERVENTIONS", "ACTION"): ACTIONS,
     ("AUD_RUN_INTERVENTIONS", "REQUESTED_BY_KIND"): KINDS,
     ("SCHEMA_MIGRATIONS", "SOURCE"): ("ENGINE", "PROJECT"),
+    ("AUD_ENGINE_PURGES", "STATUS"): ("RUNNING", "DONE", "FAILED", "INTERRUPTED"),
+    ("AUD_ENGINE_PURGES", "REQUESTED_BY_KIND"): KINDS,
+    ("AUD_ENGINE_PURGES", "BATCH_OPEN"): YES_NO,
 }
 
 VALUE_LIST_IDS = [f"{table}.{column}" for table, column in VALUE_LISTS]
@@ -109,6 +117,7 @@ ID_COLUMNS = {
     "AUD_DEPENDENCY_CONSUMPTION": "CONSUMPTION_ID",
     "AUD_PIPELINE_PAUSES": "PIPELINE_PAUSE_ID",
     "AUD_RUN_INTERVENTIONS": "INTERVENTION_ID",
+    "AUD_ENGINE_PURGES": "PURGE_ID",
 }
 APPEND_ONLY_TABLES = ("AUD_GATE_DECISIONS", "AUD_DEPENDENCY_CONSUMPTION")
 
@@ -302,6 +311,12 @@ class Rows:
             v["PIPELINE_ID"] = self.cfg_pipelines()
         v.setdefault("ACTION", "MARK")
         return self.db.insert("AUD_RUN_INTERVENTIONS", **v)
+
+    def aud_engine_purges(self, **v: Any) -> int:
+        v.setdefault("STATUS", "DONE")
+        v.setdefault("CUTOFF", "2026-01-01T00:00:00.000Z")
+        v.setdefault("BATCH_SIZE", 100)
+        return self.db.insert("AUD_ENGINE_PURGES", **v)
 
     def schema_migrations(self, **v: Any) -> None:
         v.setdefault("SOURCE", "ENGINE")
@@ -868,7 +883,9 @@ def test_schema_file_can_run_inside_the_callers_transaction_and_schema(dialect: 
     assert not re.search(r"^\s*(BEGIN|START\s+TRANSACTION)\s*;", text, re.I | re.M)
     assert '"' not in text
     assert not re.search(r"\.\s*(CFG_|AUD_|SCHEMA_MIGRATIONS)", text, re.I)
-    assert set(re.findall(r"CREATE TABLE (\w+)", text)) == set(SPEC_COLUMNS)
+    assert set(re.findall(r"CREATE TABLE (\w+)", text)) == set(SPEC_COLUMNS) - {
+        "AUD_ENGINE_PURGES"
+    }  # ENGINE 0005
 
 
 # --------------------------------------------------------------------------- both files define the same schema
@@ -1085,5 +1102,7 @@ def test_init_db_creates_the_tables_in_the_profiles_schema_without_a_session_sea
             (setup.database.schema,),
         )
         found = cur.fetchall()
-    assert {name for schema, name in found if schema == setup.database.schema} == ENGINE_TABLES
+    assert {name for schema, name in found if schema == setup.database.schema} == ENGINE_TABLES | {
+        "AUD_ENGINE_PURGES"
+    }
     assert [name for schema, name in found if schema == "public"] == []

@@ -203,7 +203,7 @@ class SqliteDialect(EngineDialect[sqlite3.Connection]):
 
 def register_actor_functions(conn: sqlite3.Connection) -> None:
     """The functions etl-craft's SQLite triggers and column defaults call (etl-craft registers the same on its
-    own connections): the actor of the writes, its kind, the purpose (never ``retention`` here) and the
+    own connections): the actor of the writes, its kind, the purpose (``retention`` in a purge batch only) and the
     migration being applied, from :mod:`~airflow_provider_etl_craft.engine.actor`; and the bookkeeping that
     keeps its CFG_ audit triggers from treating their own stamping UPDATE as a change. See
     docs/etl-craft-parity.md, "Sharing an Engine DB"."""
@@ -219,7 +219,7 @@ def register_actor_functions(conn: sqlite3.Connection) -> None:
 
     conn.create_function("etl_craft_actor", 0, lambda: actor.current().name, deterministic=True)
     conn.create_function("etl_craft_actor_kind", 0, lambda: actor.current().kind, deterministic=True)
-    conn.create_function("etl_craft_purpose", 0, lambda: "", deterministic=True)
+    conn.create_function("etl_craft_purpose", 0, lambda: actor.current().purpose, deterministic=True)
     conn.create_function("etl_craft_migration", 0, lambda: actor.current().migration, deterministic=True)
     conn.create_function("etl_craft_enter_insert", 1, enter)
     conn.create_function("etl_craft_exit_insert", 1, leave)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -24,6 +25,8 @@ _KEYED_RUN = (
     "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND r.RUN_KEY = ? "
     "ORDER BY r.PIPELINE_RUN_ID DESC FOR UPDATE"
 )
+#: A run's start and end; parameter: pipeline run id.
+_RUN_TIMES = "SELECT START_DATE, END_DATE FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?"
 #: Every task of the run's pipeline with its task run, if any; parameters: pipeline run id, pipeline id.
 _TASKS_OF_RUN = (
     "SELECT t.TASK_ID, t.TASK_CODE, t.HANDLER, tr.TASK_RUN_ID, tr.STATUS FROM CFG_TASKS t "
@@ -98,7 +101,8 @@ class FinishRun(Transition):
             self.announce(cur, run.pipeline_id)
         failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
         outcome = FinishOutcome(run.pipeline_run_id, final, skipped=_sorted(skipped), lost=_sorted(lost))
-        return replace(outcome, failed=_sorted(failed), sla_status=sla)
+        duration = None if run.start_date is None else (now - run.start_date).total_seconds()
+        return replace(outcome, failed=_sorted(failed), sla_status=sla, duration=duration)
 
     def _at_once(
         self,
@@ -113,6 +117,7 @@ class FinishRun(Transition):
         """
         # ETL_CRAFT_FINISH sends the change notice itself, as the transaction form's announce() does.
         versions, tables = current_marks(self.engine.name)
+        began = time.monotonic()
         row = self.engine.finish_at_once(
             self.conn,
             pipeline_lock(pipeline_code),
@@ -131,10 +136,33 @@ class FinishRun(Transition):
         )
         if row is None:
             return None
+        self.report_lock_wait(pipeline_code, time.monotonic() - began, "one_call")
         action, run_id, status, sla_status, failed = row
         if action == "ENDED":
             return FinishOutcome(int(run_id), status, already_ended=True, sla_status=sla_status)
-        return FinishOutcome(int(run_id), status, failed=_sorted(list(failed or ())), sla_status=sla_status)
+        return FinishOutcome(
+            int(run_id),
+            status,
+            failed=_sorted(list(failed or ())),
+            sla_status=sla_status,
+            duration=self._duration(int(run_id)),
+        )
+
+    def _duration(self, pipeline_run_id: int) -> float | None:
+        """The run's START_DATE to END_DATE in seconds, read back (the one-call form returns neither); None
+        when the read fails, which must not fail a finish already committed."""
+        try:
+            cur = self.conn.cursor()
+            try:
+                row = self.exec(cur, _RUN_TIMES, (pipeline_run_id,)).fetchone()
+            finally:
+                cur.close()
+        except self.engine.database_error():
+            return None
+        if row is None:
+            return None
+        started, ended = self.engine.from_db_time(row[0]), self.engine.from_db_time(row[1])
+        return None if started is None or ended is None else (ended - started).total_seconds()
 
     def _close_run(
         self, cur: Cursor, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any

@@ -160,6 +160,8 @@ class FinishOutcome:
     lost: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     sla_status: str | None = None
+    #: Seconds from the run's START_DATE to the END_DATE this finish wrote (None: it ended already, or unknown).
+    duration: float | None = None
 
 
 def map_key(map_index: int | None) -> int:

@@ -39,6 +39,19 @@ def _code(value: str) -> str:
     return _UNSAFE.sub("_", value) or "_"
 
 
+def enabled() -> bool:
+    """Whether ``[metrics]`` sends anywhere (StatsD, Datadog or OpenTelemetry): a metric that costs a
+    statement (the run duration after a one-call finish) is read only then."""
+    try:
+        conf = _compat.resolve("conf")
+        return any(
+            conf.getboolean("metrics", option, fallback=False)
+            for option in ("statsd_on", "statsd_datadog_enabled", "otel_on")
+        )
+    except Exception:  # a metric's question must never fail the task
+        return False
+
+
 def _send(kind: str, name: str, value: Any, tags: dict[str, str]) -> None:
     """One metric through Airflow's ``Stats``; a failure is logged at debug level, never raised."""
     try:

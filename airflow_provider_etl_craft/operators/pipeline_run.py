@@ -23,6 +23,7 @@ from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
+from airflow_provider_etl_craft.runs.finish import run_duration
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 from airflow_provider_etl_craft.runs.records import RunRow
@@ -350,8 +351,11 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         ]
         with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
             outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states, lenient)
+            duration = outcome.duration
+            if duration is None and not outcome.already_ended and metrics.enabled():
+                duration = run_duration(lifecycle.engine, lifecycle.conn, outcome.pipeline_run_id)
         if not outcome.already_ended:
-            metrics.run_finished(self.pipeline_code, outcome.status, outcome.duration, outcome.sla_status)
+            metrics.run_finished(self.pipeline_code, outcome.status, duration, outcome.sla_status)
             for code in outcome.lost:
                 metrics.attempt(self.pipeline_code, code, "LOST")
         summary = f"pipeline {self.pipeline_code} run {outcome.pipeline_run_id} ended {outcome.status}"

@@ -9,7 +9,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_etl_craft.engine.dbapi import Cursor
+from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.engine.schema import current_marks
 from airflow_provider_etl_craft.errors import RunStateError
@@ -140,29 +141,7 @@ class FinishRun(Transition):
         action, run_id, status, sla_status, failed = row
         if action == "ENDED":
             return FinishOutcome(int(run_id), status, already_ended=True, sla_status=sla_status)
-        return FinishOutcome(
-            int(run_id),
-            status,
-            failed=_sorted(list(failed or ())),
-            sla_status=sla_status,
-            duration=self._duration(int(run_id)),
-        )
-
-    def _duration(self, pipeline_run_id: int) -> float | None:
-        """The run's START_DATE to END_DATE in seconds, read back (the one-call form returns neither); None
-        when the read fails, which must not fail a finish already committed."""
-        try:
-            cur = self.conn.cursor()
-            try:
-                row = self.exec(cur, _RUN_TIMES, (pipeline_run_id,)).fetchone()
-            finally:
-                cur.close()
-        except self.engine.database_error():
-            return None
-        if row is None:
-            return None
-        started, ended = self.engine.from_db_time(row[0]), self.engine.from_db_time(row[1])
-        return None if started is None or ended is None else (ended - started).total_seconds()
+        return FinishOutcome(int(run_id), status, failed=_sorted(list(failed or ())), sla_status=sla_status)
 
     def _close_run(
         self, cur: Cursor, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any
@@ -335,3 +314,18 @@ def _unrecorded(states: Mapping[int, str | None]) -> dict[int, IndexAttempt]:
         else:
             found[index] = IndexAttempt("CANCELLED", skipped=True)
     return found
+
+
+def run_duration(engine: EngineDialect, conn: Connection, pipeline_run_id: int) -> float | None:
+    """The run's START_DATE to END_DATE in seconds, read back (PostgreSQL's one-call finish returns no dates,
+    and stays one round trip; the caller asks only when it needs the value). None when the run has no end yet
+    or the read fails: it must never fail a finish already committed."""
+    try:
+        rows = engine.execute(conn, _RUN_TIMES, (pipeline_run_id,)).rows  # one statement, schema scoped
+    except engine.database_error():
+        return None
+    if not rows:
+        return None
+    row = rows[0]
+    started, ended = engine.from_db_time(row[0]), engine.from_db_time(row[1])
+    return None if started is None or ended is None else (ended - started).total_seconds()

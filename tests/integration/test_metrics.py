@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_etl_craft.runs import RunIdentity, events
-from tests.conftest import EngineSetup
+from airflow_provider_etl_craft.runs.finish import run_duration
+from tests.conftest import EngineSetup, engine_rows
 from tests.fixtures.fix_statsd import Metric, StatsdListener, named
 from tests.reliability.conftest import pipeline_sql, seed
 
@@ -206,3 +207,25 @@ def test_the_lifecycle_core_reports_lock_waits_and_gate_verdicts(engine: EngineS
     assert all(0 <= f["seconds"] < 10 and f["how"] in ("transaction", "one_call") for f in locks)
     gates = [f for e, f in heard if e == events.GATE]
     assert gates == [{"pipeline": "DOWN", "task": None, "result": "SATISFIED"}]
+
+
+def test_the_run_duration_is_read_back_after_a_finish_that_did_not_return_it(engine: EngineSetup) -> None:
+    seed(engine, {"TIMED": ["T"]})
+    identity = RunIdentity("timed", "r1")
+    with engine.hook().lifecycle(lock_timeout=10) as lc:
+        assert lc.claim("TIMED", identity).action == "CREATED"
+        lc.finish_task(lc.start_task("TIMED", "T", identity, 1), "SUCCESS")
+        outcome = lc.finish_run("TIMED", identity, {"T": "success"})
+        read = run_duration(lc.engine, lc.conn, outcome.pipeline_run_id)
+    # PostgreSQL's one-call finish returns no dates; the transaction form (SQLite) knows the duration.
+    assert (outcome.duration is None) == (engine.dialect == "postgresql")
+    ((started, ended),) = engine_rows(
+        engine.hook(), "SELECT START_DATE, END_DATE FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?",
+        (outcome.pipeline_run_id,),
+    )  # fmt: skip
+    expected = (
+        engine.hook().engine.from_db_time(ended) - engine.hook().engine.from_db_time(started)
+    ).total_seconds()
+    assert read == pytest.approx(expected) and read > 0
+    if outcome.duration is not None:
+        assert outcome.duration == pytest.approx(expected, abs=0.001)  # SQLite stores milliseconds

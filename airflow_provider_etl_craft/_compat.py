@@ -171,18 +171,18 @@ def stats() -> Any:
 
 
 def _find_stats() -> Any:
-    found = []
-    for home in STATS_HOMES[:2]:
+    first = None
+    for home in STATS_HOMES[:2]:  # a copy is imported only when the one before it is not set up
         try:
-            found.append(importlib.import_module(home).Stats)
+            candidate = importlib.import_module(home).Stats
         except ImportError:
             continue
-    if not found:  # 3.0 / 3.1
-        return importlib.import_module(STATS_HOMES[2]).Stats
-    for candidate in found:
         if _stats_set_up(candidate):
             return candidate
-    return _set_up_sdk_stats(found[0])
+        first = first or candidate
+    if first is None:  # 3.0 / 3.1
+        return importlib.import_module(STATS_HOMES[2]).Stats
+    return _set_up_sdk_stats(first)
 
 
 def _stats_set_up(candidate: Any) -> bool:

@@ -202,10 +202,10 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             metrics.claim_wait(self.pipeline_code, action, waited)
 
     def poke(self, context: Any) -> PokeReturnValue:
-        if self._first_look is None:
+        if self._first_look is None and metrics.enabled():  # a reschedule's date costs a call to Airflow
             try:
                 self._first_look = self._claim_began(context)
-            except (TypeError, ValueError, KeyError, AttributeError):  # a metric's input, never the claim's
+            except Exception:  # a metric's input must never fail the claim
                 self._first_look = datetime.now(UTC)
         identity = RunIdentity.from_context(context)
         codes = None

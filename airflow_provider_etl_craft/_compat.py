@@ -13,6 +13,9 @@ its ``sdk`` table only exists from 1.10, and the oldest managed images (Airflow 
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
+import sys
 from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -142,3 +145,67 @@ def fail_exception() -> type[Exception]:
 def retry_exception() -> type[Exception]:
     """Airflow's ordinary (retryable) failure class."""
     return resolve("AirflowException")
+
+
+#: Where Airflow's ``Stats`` lives: the Task SDK's copy (3.2+), core's copy (3.2+: what the triggerer, scheduler
+#: and dag processor set up), and the one module of 3.0 and 3.1 (on 3.2+ only a deprecated re-export).
+STATS_HOMES = ("airflow.sdk.observability.stats", "airflow.observability.stats", "airflow.stats")
+
+_stats: tuple[int, Any] | None = None
+
+
+def stats() -> Any:
+    """Airflow's ``Stats`` for this process: whatever its ``[metrics]`` section configures (StatsD, Datadog,
+    OpenTelemetry, or nothing).
+
+    3.0 and 3.1 have one ``Stats``, configured from ``[metrics]`` on first use. From 3.2 the Task SDK and core
+    each keep their own copy, and an Airflow process sets up the copy it uses (a task its SDK copy, the
+    triggerer its core copy): the first copy set up in this process is taken, else the SDK copy is set up
+    here with Airflow's own factory for this configuration, as Airflow's task runner does. Looked up once
+    per process (a forked child looks again).
+    """
+    global _stats
+    if _stats is None or _stats[0] != os.getpid():
+        _stats = os.getpid(), _find_stats()
+    return _stats[1]
+
+
+def _find_stats() -> Any:
+    first = None
+    for home in STATS_HOMES[:2]:  # a copy is imported only when the one before it is not set up
+        try:
+            candidate = importlib.import_module(home).Stats
+        except ImportError:
+            continue
+        if _stats_set_up(candidate):
+            return candidate
+        first = first or candidate
+    if first is None:  # 3.0 / 3.1
+        return importlib.import_module(STATS_HOMES[2]).Stats
+    return _set_up_sdk_stats(first)
+
+
+def _stats_set_up(candidate: Any) -> bool:
+    """Whether Airflow gave this ``Stats`` copy its backend factory in this process.
+
+    Read without touching the copy's attributes the normal way: on 3.2 that alone would fix it to "no
+    metrics". 3.3 keeps the factory in the module its static methods come from, 3.2 on the class.
+    """
+    incr = inspect.getattr_static(candidate, "incr", None)
+    if isinstance(incr, staticmethod):  # 3.3: module-level state behind a class of static methods
+        return getattr(sys.modules.get(incr.__func__.__module__), "_factory", None) is not None
+    return inspect.getattr_static(candidate, "factory", None) is not None  # 3.2: class-level state
+
+
+def _set_up_sdk_stats(candidate: Any) -> Any:
+    """Give the Task SDK's ``Stats`` Airflow's factory for this ``[metrics]`` configuration (3.2 takes the
+    ``Stats`` class, 3.3 nothing; 3.3 also asks whether to send its legacy names)."""
+    utils = importlib.import_module("airflow.sdk.observability.metrics.stats_utils")
+    takes_class = bool(inspect.signature(utils.get_stats_factory).parameters)
+    factory = utils.get_stats_factory(candidate) if takes_class else utils.get_stats_factory()
+    if "export_legacy_names" in inspect.signature(candidate.initialize).parameters:
+        legacy = resolve("conf").getboolean("metrics", "legacy_names_on", fallback=True)
+        candidate.initialize(factory=factory, export_legacy_names=legacy)
+    else:
+        candidate.initialize(factory=factory)
+    return candidate

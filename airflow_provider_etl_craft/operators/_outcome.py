@@ -1,11 +1,13 @@
-"""Map the provider's typed errors to Airflow outcomes: permanent → no retry, transient → ordinary failure."""
+"""Map the provider's typed errors to Airflow outcomes: permanent → no retry, transient → ordinary failure.
+
+Each one is counted by its class (``etl_craft.engine_error.<status>``, docs/metrics.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from airflow_provider_etl_craft import _compat
+from airflow_provider_etl_craft import _compat, metrics
 from airflow_provider_etl_craft.errors import EtlCraftError
 
 
@@ -15,5 +17,6 @@ def airflow_outcome() -> Iterator[None]:
     try:
         yield
     except EtlCraftError as exc:
+        metrics.engine_error(exc.status_name, exc.retryable)
         kind = _compat.retry_exception() if exc.retryable else _compat.fail_exception()
         raise kind(f"[{exc.status_name}] {exc}") from exc

@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
+from airflow_provider_etl_craft import _compat, metrics
 from airflow_provider_etl_craft._compat import (
     AirflowFailException,
     AirflowSensorTimeout,
@@ -22,6 +23,7 @@ from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
+from airflow_provider_etl_craft.runs.finish import run_duration
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 from airflow_provider_etl_craft.runs.records import RunRow
@@ -120,6 +122,9 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         self.deferrable = _wait.default_deferrable() if deferrable is None else deferrable
         self._blocking: RunRow | None = None
         self._waiting: str | None = None
+        #: The deadline a deferred wait carried back, and when this claim first looked (for its claim wait).
+        self._carried_deadline: str | None = None
+        self._first_look: datetime | None = None
 
     def execute(self, context: Any) -> Any:
         if self.deferrable:
@@ -135,6 +140,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         """Back from the trigger: look again (and defer again while the claim must still wait)."""
         event = event or {}
         deadline = deadline or event.get("deadline")
+        self._carried_deadline = deadline
         if event.get("status") == "timeout":
             result = self.poke(context)
             if result.is_done:
@@ -177,7 +183,30 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             "so this DAG run could not claim its run; let that run finish (or close it), then clear this task"
         )
 
+    def _claim_began(self, context: Any) -> datetime:
+        """When this claim first looked: the deadline a deferred wait carries back, less the timeout; the
+        first reschedule's date; else now (the first look of this process)."""
+        if self._carried_deadline:
+            return datetime.fromisoformat(self._carried_deadline) - timedelta(seconds=float(self.timeout))
+        if self.mode == "reschedule":
+            first = _compat.first_reschedule_date(context)
+            if first is not None:
+                return first
+        return datetime.now(UTC)
+
+    def _looked(self, action: str) -> None:
+        """Count this look's outcome; one that got the run also sends the claim's wait."""
+        metrics.claim(self.pipeline_code, action)
+        if action in ("CREATED", "RESUMED", "REOPENED") and self._first_look is not None:
+            waited = (datetime.now(UTC) - self._first_look).total_seconds()
+            metrics.claim_wait(self.pipeline_code, action, waited)
+
     def poke(self, context: Any) -> PokeReturnValue:
+        if self._first_look is None and metrics.enabled():  # a reschedule's date costs a call to Airflow
+            try:
+                self._first_look = self._claim_began(context)
+            except Exception:  # a metric's input must never fail the claim
+                self._first_look = datetime.now(UTC)
         identity = RunIdentity.from_context(context)
         codes = None
         if self.check_task_codes:
@@ -191,6 +220,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         with airflow_outcome(), hook.lifecycle(self.lock_timeout) as lifecycle:
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
+                self._looked(outcome.action)
                 if outcome.action == "SKIPPED":
                     self.log.info(
                         "etl-craft: run %s of pipeline %s recorded SKIPPED: %s",
@@ -321,6 +351,13 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         ]
         with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
             outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states, lenient)
+            duration = outcome.duration
+            if duration is None and not outcome.already_ended and metrics.enabled():
+                duration = run_duration(lifecycle.engine, lifecycle.conn, outcome.pipeline_run_id)
+        if not outcome.already_ended:
+            metrics.run_finished(self.pipeline_code, outcome.status, duration, outcome.sla_status)
+            for code in outcome.lost:
+                metrics.attempt(self.pipeline_code, code, "LOST")
         summary = f"pipeline {self.pipeline_code} run {outcome.pipeline_run_id} ended {outcome.status}"
         if outcome.already_ended:
             summary += " (already; nothing changed)"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.providers.standard.operators.python import PythonOperator
 
-from airflow_provider_etl_craft import _compat
+from airflow_provider_etl_craft import _compat, metrics
 from airflow_provider_etl_craft._compat import AirflowSkipException, BaseOperator
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
@@ -250,7 +250,9 @@ class RecordedTaskMixin(_MixinBase):
             try:
                 with hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
                     lifecycle.park_task(handle, _park_note(exc))
+                metrics.attempt(self.pipeline_code or "", self.task_code or "", "PARKED")
             except EtlCraftError as err:
+                metrics.engine_error(err.status_name, err.retryable)
                 self.log.error("etl-craft: could not park %s's attempt: %s", self.task_code, err)
         elif signal == "SUCCESS":  # a branch or short-circuit operator skipping its downstream tasks
             self._record_end(hook, handle, "SUCCESS", context=context, quiet=True)
@@ -318,9 +320,11 @@ class RecordedTaskMixin(_MixinBase):
             map_count = None if handle.map_index is None or context is None else _map_count(context)
             with hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
                 lifecycle.finish_task(handle, status, counts, error, map_count)
+            metrics.attempt(self.pipeline_code or "", self.task_code or "", status)
         except EtlCraftError as exc:
             if not quiet:
                 raise
+            metrics.engine_error(exc.status_name, exc.retryable)
             self.log.error("etl-craft: could not record %s for %s: %s", status, self.task_code, exc)
 
     def on_kill(self) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor, Row
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.engine.schema import current_marks, require_current
 from airflow_provider_etl_craft.errors import MetadataError
+from airflow_provider_etl_craft.runs import events
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import SATISFIED, WAIT
 from airflow_provider_etl_craft.runs.graph import refuse_invalid
@@ -109,7 +111,8 @@ class Claim(Transition):
         versions, tables = current_marks(self.engine.name)
         # ETL_CRAFT_CLAIM takes the logical date as a timestamp and stores its UTC date (ENGINE 0004).
         run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
-        return self.engine.claim_at_once(
+        began = time.monotonic()
+        row = self.engine.claim_at_once(
             self.conn,
             pipeline_lock(pipeline_code),
             self.lock_timeout,
@@ -126,6 +129,9 @@ class Claim(Transition):
                 identity.actor_kind,
             ),
         )
+        if row is not None and row[0] != "FULL":  # decided under the lock the function took
+            self.report_lock_wait(pipeline_code, time.monotonic() - began, "one_call")
+        return row
 
     def _answered(self, row: Row) -> ClaimOutcome:
         """The outcome of a claim the one call decided (see :meth:`EngineDialect.claim_at_once`)."""
@@ -196,6 +202,7 @@ class Claim(Transition):
         if not edges:
             return ClaimOutcome("CREATED", self._insert_run(cur, pipeline_id, identity, "IN-PROGRESS"))
         verdict = self.gates.judge(edges, lambda edge: self.gates.observe_latest(cur, edge))
+        events.report(events.GATE, pipeline=code, task=None, result=verdict.result)
         if verdict.result == WAIT:
             return ClaimOutcome("WAITING", reason=f"pipeline {code}: {verdict.reason}")
         status = "IN-PROGRESS" if verdict.result == SATISFIED else "SKIPPED"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_etl_craft.engine.dbapi import Cursor
+from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.engine.schema import current_marks
 from airflow_provider_etl_craft.errors import RunStateError
@@ -24,6 +26,8 @@ _KEYED_RUN = (
     "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND r.RUN_KEY = ? "
     "ORDER BY r.PIPELINE_RUN_ID DESC FOR UPDATE"
 )
+#: A run's start and end; parameter: pipeline run id.
+_RUN_TIMES = "SELECT START_DATE, END_DATE FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?"
 #: Every task of the run's pipeline with its task run, if any; parameters: pipeline run id, pipeline id.
 _TASKS_OF_RUN = (
     "SELECT t.TASK_ID, t.TASK_CODE, t.HANDLER, tr.TASK_RUN_ID, tr.STATUS FROM CFG_TASKS t "
@@ -92,7 +96,8 @@ class FinishRun(Transition):
             self.announce(cur, run.pipeline_id)
         failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
         outcome = FinishOutcome(run.pipeline_run_id, final, skipped=_sorted(skipped), lost=_sorted(lost))
-        return replace(outcome, failed=_sorted(failed), sla_status=sla)
+        duration = None if run.start_date is None else (now - run.start_date).total_seconds()
+        return replace(outcome, failed=_sorted(failed), sla_status=sla, duration=duration)
 
     def _at_once(
         self,
@@ -107,6 +112,7 @@ class FinishRun(Transition):
         """
         # ETL_CRAFT_FINISH sends the change notice itself, as the transaction form's announce() does.
         versions, tables = current_marks(self.engine.name)
+        began = time.monotonic()
         row = self.engine.finish_at_once(
             self.conn,
             pipeline_lock(pipeline_code),
@@ -125,6 +131,7 @@ class FinishRun(Transition):
         )
         if row is None:
             return None
+        self.report_lock_wait(pipeline_code, time.monotonic() - began, "one_call")
         action, run_id, status, sla_status, failed = row
         if action == "ENDED":
             return FinishOutcome(int(run_id), status, already_ended=True, sla_status=sla_status)
@@ -301,3 +308,18 @@ def _unrecorded(states: Mapping[int, str | None]) -> dict[int, IndexAttempt]:
         else:
             found[index] = IndexAttempt("CANCELLED", skipped=True)
     return found
+
+
+def run_duration(engine: EngineDialect, conn: Connection, pipeline_run_id: int) -> float | None:
+    """The run's START_DATE to END_DATE in seconds, read back (PostgreSQL's one-call finish returns no dates,
+    and stays one round trip; the caller asks only when it needs the value). None when the run has no end yet
+    or the read fails: it must never fail a finish already committed."""
+    try:
+        rows = engine.execute(conn, _RUN_TIMES, (pipeline_run_id,)).rows  # one statement, schema scoped
+    except engine.database_error():
+        return None
+    if not rows:
+        return None
+    row = rows[0]
+    started, ended = engine.from_db_time(row[0]), engine.from_db_time(row[1])
+    return None if started is None or ended is None else (ended - started).total_seconds()

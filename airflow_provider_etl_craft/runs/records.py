@@ -7,7 +7,7 @@ fetched row with ``from_db``; the statements that read them splice the column li
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -160,6 +160,9 @@ class FinishOutcome:
     lost: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
     sla_status: str | None = None
+    #: Seconds from the run's START_DATE to the END_DATE this finish wrote, where the finish knows it without one
+    #: more statement (its transaction form); None otherwise (see ``finish.run_duration``). Not compared.
+    duration: float | None = field(default=None, compare=False)
 
 
 def map_key(map_index: int | None) -> int:

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError
+from airflow_provider_etl_craft.runs import events
 from airflow_provider_etl_craft.runs.attempts import settle_mapped
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import (
@@ -350,6 +351,7 @@ class StartAttempt(Transition):
 
         edges = self.gates.task_edges(cur, run.pipeline_id, context.task_id)
         verdict = self.gates.judge(edges, observe, context.condition, context.condition_count)
+        events.report(events.GATE, pipeline=code, task=attempt.task_code, result=verdict.result)
         if verdict.result == WAIT:
             raise GateWaiting(f"task {attempt.task_code}: {verdict.reason}")
         return verdict

@@ -12,9 +12,10 @@ import functools
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -23,6 +24,7 @@ from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, SessionLost
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError, StaleTransitionError
+from airflow_provider_etl_craft.runs import events
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import Gates
 from airflow_provider_etl_craft.runs.identity import ACTOR_KIND, RunIdentity
@@ -77,11 +79,29 @@ class Transition:
         #: The time (as stored) of the row the step last wrote, which a repeat recognises it by.
         self.wrote_at: Any = None
 
-    def locked(self, pipeline_code: str) -> AbstractContextManager[Any]:
-        """A write transaction holding the ``pipeline:<code>`` lock, released by its COMMIT or ROLLBACK."""
-        return self.engine.transaction(
+    @contextmanager
+    def locked(self, pipeline_code: str) -> Iterator[Any]:
+        """A write transaction holding the ``pipeline:<code>`` lock, released by its COMMIT or ROLLBACK.
+
+        The time it took to begin and hold the lock is reported (:data:`.events.LOCK_WAIT`).
+        """
+        began = time.monotonic()
+        with self.engine.transaction(
             self.conn, lock=pipeline_lock(pipeline_code), lock_timeout=self.lock_timeout
+        ) as cur:
+            self.report_lock_wait(pipeline_code, time.monotonic() - began, "transaction")
+            yield cur
+
+    def report_lock_wait(self, pipeline_code: str, seconds: float, how: str) -> None:
+        """Report how long this step waited for the pipeline lock (:data:`.events.LOCK_WAIT`)."""
+        events.report(
+            events.LOCK_WAIT, pipeline=pipeline_code, step=self.step_name(), seconds=seconds, how=how
         )
+
+    @classmethod
+    def step_name(cls) -> str:
+        """The step's name in reports: its class name in snake case (``claim``, ``finish_run``, …)."""
+        return "".join(f"_{c.lower()}" if c.isupper() else c for c in cls.__name__).lstrip("_")
 
     def exec(self, cur: Cursor, sql: str, params: tuple[Any, ...] = ()) -> Cursor:
         cur.execute(self.engine.sql(sql), params)

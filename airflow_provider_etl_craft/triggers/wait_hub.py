@@ -15,6 +15,8 @@ fingerprints (:mod:`airflow_provider_etl_craft.runs.changes`) of many waits in o
 - A lost connection is opened again with backoff (LISTEN included), and every wait's fingerprint is read
   again, so nothing that ended during the gap is missed.
 - The hub closes its connection a few seconds after its last wait ends.
+- The number of waits the process holds goes to ``etl_craft.triggerer.deferred_waits`` (a gauge, sent when a
+  wait starts or ends; docs/metrics.md).
 
 The limit is per event loop, so per triggerer process: several triggerers (or ``[triggerer] capacity``
 spread over several processes) each hold their own connection per Engine DB.
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_etl_craft import metrics
 from airflow_provider_etl_craft.engine.dialects.base import SessionLost
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.runs.changes import Watch, fingerprints
@@ -75,6 +78,7 @@ class WaitHub:
         """Until the fingerprint of ``pipeline_code``'s wait differs from ``seen``: True (cancel to stop)."""
         waiter = _Waiter(pipeline_code, list(seen), asyncio.get_running_loop().create_future())
         self.waiters.add(waiter)
+        metrics.deferred_waits(held())
         self._fresh.append(waiter)
         self._wake.set()
         if self._task is None or self._task.done():
@@ -85,6 +89,7 @@ class WaitHub:
             return await waiter.done
         finally:
             self.waiters.discard(waiter)
+            metrics.deferred_waits(held())
 
     async def _main(self) -> None:
         failures = 0
@@ -231,6 +236,11 @@ def _watched(engine: Any, conn: Any, codes: list[str]) -> dict[str, frozenset[in
 
 #: The hubs of this process, by (event loop, Engine DB, listen, poll interval).
 _HUBS: dict[tuple[Any, ...], WaitHub] = {}
+
+
+def held() -> int:
+    """How many deferred waits this process holds, over all its hubs."""
+    return sum(len(hub.waiters) for hub in tuple(_HUBS.values()))
 
 
 def hub_for(key: tuple[Any, ...], opener: Opener, poll_interval: float) -> WaitHub:

@@ -62,6 +62,7 @@ from airflow_provider_etl_craft.example_dags import demo
 from tests.conftest import EngineSetup, engine_rows, pg_profile_yaml, write_config
 from tests.fixtures.fix_airflow import airflow_cli
 from tests.fixtures.fix_pg import PgCluster, PgDatabase
+from tests.fixtures.fix_statsd import StatsdListener
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: The web flavour's only component.
@@ -280,6 +281,9 @@ class AirflowDeployment:
     _token: str | None = field(default=None, repr=False)
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
     _meta: PgDatabase | None = field(default=None, repr=False)
+    #: The session's StatsD server: every Airflow process's ``[metrics]`` sends to it, tags InfluxDB-style
+    #: (bound before any component starts; see ``tests/fixtures/fix_statsd.py``).
+    statsd: StatsdListener | None = field(default=None, repr=False)
 
     # -- layout ----------------------------------------------------------------------------------------
 
@@ -410,6 +414,7 @@ class AirflowDeployment:
 
         self.port = _free_port()
         api = self.base_url
+        self.statsd = StatsdListener()
         base = {k: v for k, v in os.environ.items()
                 if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "ETL_CRAFT_CONFIG",
                                      "ETL_CRAFT_MIGRATIONS_DIR"))}  # fmt: skip
@@ -447,6 +452,7 @@ class AirflowDeployment:
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+            **self.statsd.env(),
             "AIRFLOW_CONN_ETL_CRAFT_PG": file_conn(pg_config),
             "AIRFLOW_CONN_ETL_CRAFT_SQLITE": file_conn(sqlite_config),
             "AIRFLOW_CONN_ETL_CRAFT_DEFAULT": file_conn(default_config),
@@ -586,6 +592,8 @@ class AirflowDeployment:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
         os.environ.pop(PG_SECRET_VAR, None)
+        if self.statsd is not None:
+            self.statsd.close()
         for name in self.databases:
             with contextlib.suppress(psycopg2.Error):
                 self.cluster.drop_database(name)

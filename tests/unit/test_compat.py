@@ -40,3 +40,20 @@ def test_the_secret_masker_redacts_what_it_was_given() -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError):
         _compat.NoSuchAirflowName  # noqa: B018
+
+
+def test_stats_is_airflows_own_stats_object_on_this_line() -> None:
+    """The provider's metrics go through the ``Stats`` of one of this line's homes (docs/metrics.md)."""
+    homes = []
+    for home in _compat.STATS_HOMES[:2]:  # 3.2+
+        try:
+            homes.append(importlib.import_module(home).Stats)
+        except ImportError:
+            continue
+    if not homes:  # 3.0, 3.1 (on 3.2+ airflow.stats is a deprecated re-export)
+        homes.append(importlib.import_module(_compat.STATS_HOMES[2]).Stats)
+    stats = _compat.stats()
+    assert any(stats is found for found in homes)
+    assert _compat.stats() is stats  # looked up once per process
+    # Metrics are off in this process: a no-op that must not raise.
+    stats.incr("etl_craft.test_compat", tags={"case": "compat"})

@@ -37,6 +37,7 @@ def test_every_example_dag_has_a_deployment_test() -> None:
     assert sorted(p.stem for p in EXAMPLES.glob("example_*.py")) == [
         "example_etl_craft_daily_sales",  # test_the_example_pipeline_triggered_without_and_with_a_logical_date
         "example_etl_craft_init",  # test_the_example_init_dag_prepares_a_fresh_engine_db
+        "example_etl_craft_purge",  # test_the_example_purge_dag_keeps_recent_history_and_leaves_an_audit_row
     ]
 
 
@@ -102,6 +103,29 @@ def test_the_example_pipeline_triggered_without_and_with_a_logical_date(
         assert db.execute("SELECT COUNT(*) FROM raw_orders WHERE order_date IS NULL").fetchone() == (0,)
         dates = {d for (d,) in db.execute("SELECT DISTINCT order_date FROM raw_orders")}
     assert dates == {dag_run["run_after"].strftime("%Y-%m-%d"), "2026-01-15"}
+
+
+def test_the_example_purge_dag_keeps_recent_history_and_leaves_an_audit_row(
+    deployment: AirflowDeployment,
+) -> None:
+    """The maintenance example on etl_craft_default: nothing there is 90 days old, so nothing is deleted, and the
+    purge leaves its DONE audit row, by the task, as a schedule."""
+    engine = deployment.default
+    engine.setup.hook().migrate(EXAMPLES / "project" / "migrations")
+    runs_before = engine.rows("SELECT COUNT(*) FROM AUD_PIPELINES_RUN_LOG")
+    dag_id = "example_etl_craft_purge"
+    deployment.write_dag(dag_id, (EXAMPLES / f"{dag_id}.py").read_text())
+    deployment.wait_parsed(dag_id)
+    run_id = deployment.trigger(dag_id)
+    assert deployment.wait_run(dag_id, run_id) == "success"
+    assert deployment.task_states(dag_id, run_id) == {"purge_engine_history": "success"}
+    purges = engine.rows(  # the @daily schedule may add a run of its own once the DAG is unpaused
+        "SELECT STATUS, REQUESTED_BY, REQUESTED_BY_KIND, RUNS_DELETED, ATTEMPTS_DELETED FROM AUD_ENGINE_PURGES "
+        "WHERE REQUESTED_BY = ?",
+        f"airflow:{dag_id}.purge_engine_history",
+    )
+    assert purges and set(purges) == {("DONE", f"airflow:{dag_id}.purge_engine_history", "SCHEDULE", 0, 0)}
+    assert engine.rows("SELECT COUNT(*) FROM AUD_PIPELINES_RUN_LOG") == runs_before
 
 
 def check_example_run(deployment: AirflowDeployment, dag_id: str, run_id: str, run_date: datetime) -> None:

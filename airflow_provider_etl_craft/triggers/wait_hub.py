@@ -37,6 +37,7 @@ from airflow_provider_etl_craft import metrics
 from airflow_provider_etl_craft.engine.dialects.base import SessionLost
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.runs.changes import Watch, fingerprints
+from airflow_provider_etl_craft.runs.transition import first_line
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class WaitHub:
         log.warning(
             "etl-craft: lost the Engine DB while waiting for %s (%s); looking again in %.1fs",
             ", ".join(codes) or "nothing",
-            _first_line(exc),
+            first_line(exc),
             delay,
         )
         await asyncio.sleep(delay)
@@ -267,7 +268,3 @@ def _lost() -> tuple[type[BaseException], ...]:
 def close_quietly(conn: Any) -> None:
     with contextlib.suppress(Exception):  # the connection may be gone already
         conn.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -24,6 +24,7 @@ PENDING = (
     "0003_claim_finish_functions.sql",
     "0004_cfg_semantics.sql",
     "0005_purge.sql",
+    "0006_latest_run_index.sql",
 )
 LATEST = PENDING[-1]
 

@@ -25,6 +25,7 @@ fresh = at_0004_tests.fresh
 
 NEW = "0005_purge.sql"
 PREVIOUS = ("0002_map_index.sql", "0003_claim_finish_functions.sql", "0004_cfg_semantics.sql")
+LATER = ("0006_latest_run_index.sql",)
 
 
 def at_0004(engine: EngineSetup) -> None:
@@ -51,7 +52,7 @@ def test_an_engine_db_at_0004_is_upgraded_keeping_every_row_and_its_guards(engin
     assert all(before[table] for table in TABLES)
     status, out, err = cli(engine, "migrate")
     assert (status, err) == (0, "") and f"applied ENGINE {NEW}" in out
-    assert engine_versions(hook) == [SCHEMA_VERSION, *PREVIOUS, NEW]
+    assert engine_versions(hook) == [SCHEMA_VERSION, *PREVIOUS, NEW, *LATER]
     after = everything(hook)
     assert {t: after[t] for t in TABLES} == {t: before[t] for t in TABLES}
     assert engine_rows(hook, "SELECT COUNT(*) FROM AUD_ENGINE_PURGES") == [(0,)]

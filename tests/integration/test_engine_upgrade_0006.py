@@ -1,0 +1,119 @@
+"""ENGINE 0006 (the latest-run index) upgrades Engine DBs at 0005 in place, on both dialects.
+
+On the provider's own Engine DB the index is there since ENGINE 0001: the step changes nothing, every row is
+kept and the schema is a fresh init-db's. On an Engine DB that etl-craft made and the previous release adopted
+(up to ENGINE 0005), the step adds IX_AUD_PIPELINES_RUN_LOG_LATEST beside etl-craft's own indexes, so the
+latest-runs query stops reading a pipeline's whole history; etl-craft's rows, ledger and ``migrate`` are
+untouched.
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from typing import Any
+
+from airflow_provider_etl_craft.engine.schema import (
+    SCHEMA_VERSION,
+    apply_adoption_step,
+    checksum,
+    finish_adoption_steps,
+    packaged_migrations,
+)
+from airflow_provider_etl_craft.engine.shared import adoption_steps
+from airflow_provider_etl_craft.runs.queries import _LATEST_RUNS
+from tests.conftest import EngineSetup, engine_rows
+from tests.fixtures.etl_craft_made import build, counts, etl_craft_connection, run, shape
+from tests.integration import test_engine_upgrade_0005 as at_0005_tests
+from tests.integration.test_engine_upgrade_0004 import TABLES, catalog, cli, engine_versions, everything
+from tests.integration.test_latest_runs_plan import _HISTORY
+from tests.integration.test_shared_engine_db import etl_craft_migrate_accepts, ledger
+
+#: A second, empty Engine DB beside ``engine``.
+fresh = at_0005_tests.fresh
+
+NEW = "0006_latest_run_index.sql"
+INDEX = "IX_AUD_PIPELINES_RUN_LOG_LATEST"
+
+
+def at_0005(engine: EngineSetup) -> None:
+    """The provider's own Engine DB as the release at ENGINE 0005 left it, with a row in every table."""
+    at_0005_tests.at_0004(engine)
+    dialect = engine.hook().engine
+    (text,) = [t for v, t in packaged_migrations(dialect.name) if v == at_0005_tests.NEW]
+    with closing(dialect.connect()) as conn, dialect.schema_transaction(conn) as cur:
+        dialect.execute_script(cur, text)
+        cur.execute(
+            dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)"),
+            (at_0005_tests.NEW, checksum(text)),
+        )
+
+
+def adopted_at_0005(engine: EngineSetup) -> None:
+    """An etl-craft Engine DB with its history (and 20,000 more runs, written as etl-craft writes them, so the
+    planner has a history to avoid), adopted by the release at ENGINE 0005."""
+    build(engine)
+    with etl_craft_connection(engine) as conn:
+        run(conn, engine.dialect, _HISTORY[engine.dialect].replace("?", "20000"))  # psycopg2: % stays as is
+    dialect = engine.hook().engine
+    with closing(dialect.connect()) as conn, dialect.schema_transaction(conn) as cur:
+        for version, text in adoption_steps(dialect.name, SCHEMA_VERSION):
+            if version < NEW:
+                apply_adoption_step(dialect, cur, version, text)
+        finish_adoption_steps(dialect, cur)
+
+
+def has_index(engine: EngineSetup) -> bool:
+    if engine.dialect == "sqlite":
+        found = engine_rows(engine.hook(), "SELECT name FROM sqlite_master WHERE type = 'index'")
+    else:
+        found = engine_rows(
+            engine.hook(), "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+        )
+    return INDEX.lower() in {str(name).lower() for (name,) in found}
+
+
+def plan(engine: EngineSetup) -> str:
+    hook = engine.hook()
+    explain = "EXPLAIN QUERY PLAN " if engine.dialect == "sqlite" else "EXPLAIN "
+    with closing(hook.engine.connect()) as conn:
+        hook.engine.execute(conn, "ANALYZE")
+        rows = hook.engine.query(conn, explain + _LATEST_RUNS)
+    return "\n".join(str(row[-1] if engine.dialect == "sqlite" else row[0]) for row in rows)
+
+
+def test_an_own_engine_db_at_0005_is_upgraded_and_keeps_every_row(engine: EngineSetup, fresh: Any) -> None:
+    at_0005(engine)
+    hook = engine.hook()
+    assert has_index(engine)  # the provider's schema has had it since ENGINE 0001
+    before = everything(hook)
+    status, out, err = cli(engine, "migrate")
+    assert (status, err) == (0, "") and f"applied ENGINE {NEW}" in out
+    assert engine_versions(hook)[-2:] == [at_0005_tests.NEW, NEW]
+    after = everything(hook)
+    assert {t: after[t] for t in TABLES} == {t: before[t] for t in TABLES}
+    assert fresh.hook().init_db().created
+    assert catalog(engine) == catalog(fresh)
+
+
+def test_an_adopted_etl_craft_engine_db_gains_the_index_and_nothing_else(engine: EngineSetup) -> None:
+    adopted_at_0005(engine)
+    assert not has_index(engine)
+    assert INDEX.lower() not in plan(engine).lower()
+    rows, etl_craft_ledger, tables = counts(engine), ledger(engine), shape(engine)
+
+    status, out, err = cli(engine, "migrate")
+    assert (status, err) == (0, "") and f"applied ENGINE {NEW}" in out, (out, err)
+
+    assert has_index(engine)
+    assert INDEX.lower() in plan(engine).lower()
+    assert counts(engine) == rows and ledger(engine) == etl_craft_ledger
+    now = shape(engine)
+    added = sorted(
+        set(now["AUD_PIPELINES_RUN_LOG"]["indexes"]) - set(tables["AUD_PIPELINES_RUN_LOG"]["indexes"])
+    )
+    assert [name.upper() for name in added] == [INDEX]
+    now["AUD_PIPELINES_RUN_LOG"]["indexes"] = tables["AUD_PIPELINES_RUN_LOG"]["indexes"]
+    assert now == tables  # every other column and index of etl-craft's as it was
+    etl_craft_migrate_accepts(engine)
+    status, out, _ = cli(engine, "check")
+    assert status == 0 and "migrations: none pending" in out, out

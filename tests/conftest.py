@@ -15,6 +15,13 @@ from airflow_provider_etl_craft.auth import cache
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+#: For a test of the ``engine`` fixture whose point on each Airflow line does not depend on the engine: both
+#: engines in the full suite, SQLite alone in the smoke set (which CI runs once per older line).
+SMOKE_ON_SQLITE = pytest.mark.parametrize(
+    "engine",
+    [pytest.param("sqlite", marks=pytest.mark.smoke), pytest.param("postgresql", marks=pytest.mark.postgres)],
+    indirect=True,
+)
 
 
 @pytest.fixture(autouse=True)

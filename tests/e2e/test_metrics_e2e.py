@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EngineSetup
+from tests.conftest import SMOKE_ON_SQLITE, EngineSetup
 from tests.e2e import pipeline_dags
 from tests.e2e.pipeline_dags import PIPELINE_DAG, UNKNOWN_TASK_DAG, write_dag
 from tests.e2e.test_pipeline_lifecycle import Pipeline
@@ -66,7 +66,7 @@ def run_dag(pipeline: Pipeline, statsd: StatsdListener, template: str, dag_id: s
     return done.stdout + done.stderr
 
 
-@pytest.mark.smoke
+@SMOKE_ON_SQLITE
 def test_a_pipeline_run_sends_claim_attempt_gate_lock_and_run_metrics(
     pipeline: Pipeline, statsd: StatsdListener, request: pytest.FixtureRequest
 ) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from airflow_provider_etl_craft.runs import RunIdentity, events
 from airflow_provider_etl_craft.runs.finish import run_duration
-from tests.conftest import EngineSetup, engine_rows
+from tests.conftest import SMOKE_ON_SQLITE, EngineSetup, engine_rows
 from tests.fixtures.fix_statsd import Metric, StatsdListener, named
 from tests.reliability.conftest import pipeline_sql, seed
 
@@ -145,7 +145,7 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.smoke
+@SMOKE_ON_SQLITE
 def test_the_deferred_waits_of_a_triggerer_process_are_a_gauge(
     statsd: StatsdListener, engine: EngineSetup
 ) -> None:

@@ -3,6 +3,7 @@
 #   make test AIRFLOW=3.0     the same on another supported line (its own venv and constraints)
 #   make smoke AIRFLOW=3.1    the smoke set CI runs on each non-default line
 #   make check-constraints    Python 3.12 sets resolve; the provider installs into every managed image set
+#   make docs                 the docs site (docs/, mkdocs.yml), strict: broken links and anchors fail
 PYTHON ?= python3
 AIRFLOW_LINES := 3.0 3.1 3.2 3.3
 NEWEST := 3.3
@@ -16,7 +17,7 @@ CONSTRAINTS := constraints/constraints-airflow-$(AIRFLOW)-py$(PYVER).txt
 VENV := $(if $(filter $(NEWEST),$(AIRFLOW)),.venv,.venv-airflow-$(AIRFLOW))
 BIN := $(VENV)/bin
 
-.PHONY: demo test smoke lint bench check-constraints system-deps clean
+.PHONY: demo test smoke lint bench docs check-constraints system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +64,17 @@ smoke: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
+# The docs site (mkdocs.yml; pages in docs/) built strict: a broken link or anchor, or a page left out of the
+# navigation, fails the build. Its own venv, pinned by constraints/constraints-docs.txt.
+DOCS_VENV := .venv-docs
+$(DOCS_VENV)/.installed: constraints/constraints-docs.txt
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q -c constraints/constraints-docs.txt mkdocs mkdocs-material
+	touch $@
+
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet
+
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check airflow_provider_etl_craft tests bench tools
 	$(BIN)/ruff format --check airflow_provider_etl_craft tests bench tools
@@ -72,4 +84,4 @@ check-constraints: $(VENV)/.installed-dev
 	$(BIN)/python tools/constraints.py check
 
 clean:
-	rm -rf .venv .venv-airflow-* .demo build dist *.egg-info
+	rm -rf .venv .venv-airflow-* .venv-docs .site .demo build dist *.egg-info

@@ -13,6 +13,11 @@
    hand-off latency in an Airflow deployment (LocalExecutor, SQLite and PostgreSQL Engine DBs).
 6. Deferred waits at scale (:mod:`bench.waits`): the Engine DB sessions 1,000 waits in one triggerer hold,
    and how soon each wakes after its blocking run ends.
+7. History (:mod:`bench.history`): a full run and the CLI's ``status``, ``history`` and ``pipelines`` on an Engine
+   DB holding 1,000,000 attempts of history (40,000 runs, 200 pipelines, three years) ÷ the same on an empty
+   one, PostgreSQL and SQLite, side by side.
+8. Purge (:mod:`bench.purge`): ``etl-craft-airflow purge`` on that history — runs/s and attempts/s deleted —
+   and the claim times of another process claiming beside it, against the same claims without a purge.
 
 **One round trip** is one statement or transaction-control message sent to the database and waited for:
 with psycopg2 in autocommit mode (the provider's connections) every ``cursor.execute`` is one round trip —
@@ -44,6 +49,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().with_name("results.json")
 BOOK_PIPELINE = "BENCH_BOOK"
+#: The parts ``--skip`` and ``--only`` name (part 1 is two: its SQLite and its PostgreSQL half).
+PARTS = (
+    "sqlite",
+    "postgresql",
+    "contention",
+    "airflow",
+    "credentials",
+    "scheduler",
+    "waits",
+    "history",
+    "purge",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -88,8 +105,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         help="part 6: deferred waits in one triggerer, 5 per pipeline (default 1000; quick 100)",
     )
-    parser.add_argument("--skip", action="append", default=[], choices=["sqlite", "postgresql", "contention", "airflow", "credentials", "scheduler", "waits"],
-                        help="leave a part out (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--history-dialects",
+        default="postgresql,sqlite",
+        help="parts 7 and 8: Engine DB dialects, comma-separated (default %(default)s)",
+    )
+    parser.add_argument("--history-pipelines", type=int, help="part 7: pipelines (default 200; quick 10)")
+    parser.add_argument("--history-runs", type=int, help="part 7: runs of history (default 40000; quick 200)")
+    parser.add_argument(
+        "--history-attempts", type=int, help="part 7: attempts of history (default 1000000; quick 5000)"
+    )
+    parser.add_argument(
+        "--history-repeats", type=int, help="part 7: full runs on each Engine DB (default 30; quick 3)"
+    )
+    parser.add_argument(
+        "--cli-repeats", type=int, help="part 7: runs of each CLI command on each DB (default 10; quick 2)"
+    )
+    parser.add_argument(
+        "--purge-older-than", type=int, default=90, help="part 8: purge runs older than this many days (90)"
+    )
+    parser.add_argument("--purge-batch", type=int, default=500, help="part 8: purge batch size (default 500)")
+    parser.add_argument(
+        "--purge-baseline", type=float, help="part 8: seconds of claims without a purge (default 5; quick 1)"
+    )
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=PARTS, help="leave a part out (repeatable)"
+    )
+    parser.add_argument(
+        "--only", help=f"run only these parts, comma-separated (of {', '.join(PARTS)}); overrides --skip"
+    )
     parser.add_argument("--keep-workdir", action="store_true", help="keep the temporary work directory")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -106,6 +150,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.handoffs or (3 if quick else 10),
     )
     args.waits = args.waits or (100 if quick else 1000)
+    if args.only:
+        only = set(args.only.split(","))
+        unknown = only - set(PARTS)
+        if unknown:
+            parser.error(
+                f"--only: unknown part(s) {', '.join(sorted(unknown))}; the parts are {', '.join(PARTS)}"
+            )
+        args.skip = [part for part in PARTS if part not in only]
+    args.history_dialects = tuple(d for d in args.history_dialects.split(",") if d)
+    if set(args.history_dialects) - {"postgresql", "sqlite"}:
+        parser.error("--history-dialects: postgresql and/or sqlite")
+    args.history_pipelines = args.history_pipelines or (10 if quick else 200)
+    args.history_runs = args.history_runs or (200 if quick else 40_000)
+    args.history_attempts = args.history_attempts or (5_000 if quick else 1_000_000)
+    args.history_repeats = args.history_repeats or (3 if quick else 30)
+    args.cli_repeats = args.cli_repeats or (2 if quick else 10)
+    args.purge_baseline = args.purge_baseline or (1.0 if quick else 5.0)
     return args
 
 
@@ -142,6 +203,36 @@ def run_airflow_part(workdir: Path, tasks: int, repeats: int) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+def run_history_parts(dialect: str, args: argparse.Namespace, workdir: Path, pg: Any, results: dict[str, Any],
+                      failures: list[str]) -> None:  # fmt: skip
+    """Parts 7 and 8 on one dialect: write the history, measure on it, then purge it."""
+    from bench import history
+    from bench import purge as purge_part
+
+    sizes = history.Sizes(args.history_pipelines, args.history_runs, args.history_attempts)
+    log(f"parts 7-8, {dialect}: an empty Engine DB and one with {sizes.runs:,} runs / {sizes.attempts:,} attempts "
+        f"of history over {sizes.pipelines} pipelines")  # fmt: skip
+    try:
+        pair = history.prepare(dialect, workdir / f"history-{dialect}", sizes, pg, log)
+        if "history" not in args.skip:
+            log(f"part 7, {dialect}: {args.history_repeats} full runs on each DB (alternating), "
+                f"{args.cli_repeats} x status/history/pipelines")  # fmt: skip
+            results.setdefault("history", {})[dialect] = history.measure(
+                pair, args.history_repeats, args.cli_repeats, log
+            )
+        if "purge" not in args.skip:
+            log(f"part 8, {dialect}: purge --older-than {args.purge_older_than}d --batch-size {args.purge_batch} "
+                f"in its own process, claims beside it ({args.purge_baseline:g} s of claims alone first)")  # fmt: skip
+            results.setdefault("purge", {})[dialect] = purge_part.measure(
+                pair, sizes.pipelines, args.purge_older_than, args.purge_batch, args.purge_baseline, log
+            )
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        for part in ("history", "purge"):
+            if part not in args.skip:
+                results.setdefault(part, {}).setdefault(dialect, {"error": str(exc).splitlines()[0]})
+        failures.append(f"parts 7-8 on {dialect}: {exc}")
+
+
 def main(argv: list[str] | None = None) -> int:
     # Imported here, not at module level: spawned worker processes re-import this module as __mp_main__,
     # and should not pay for Airflow twice.
@@ -172,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                 hook, "sqlite", BOOK_PIPELINE, codes, args.runs
             )
 
-        if not {"postgresql", "contention", "credentials", "waits"} <= set(args.skip):
+        history_parts = not {"history", "purge"} <= set(args.skip)
+        history_pg = history_parts and "postgresql" in args.history_dialects
+        if not {"postgresql", "contention", "credentials", "waits"} <= set(args.skip) or history_pg:
             log("starting a throwaway PostgreSQL cluster")
             pg = engines.PgServer.start(workdir / "postgresql")
             log(f"  PostgreSQL {pg.cluster.version} on {pg.cluster.host}:{pg.cluster.port}"
@@ -213,9 +306,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"part 6, deferred waits: {args.waits} waits in one triggerer process, each run's end wakes 5"
                 )
                 results["waits"] = waits.measure(pg, hook, max(1, args.waits // 5), 5, log)
+            if history_pg:
+                run_history_parts("postgresql", args, workdir, pg, results, failures)
             results["machine"] = engines.machine(pg)
             pg.stop()
             pg = None
+        if history_parts and "sqlite" in args.history_dialects:
+            run_history_parts("sqlite", args, workdir, None, results, failures)
 
         if "airflow" not in args.skip:
             log(f"part 3, Airflow: airflow db migrate, then dag.test() of a {args.dag_tasks}-task DAG, plain and "

@@ -78,6 +78,13 @@ class PgServer:
             raise
         return cls(cluster, database, config_path, statements_view, str(version_string))
 
+    def another_database(self, folder: Path) -> tuple[str, Path]:
+        """One more Engine database in the same cluster, owned by the same role: its name and config path
+        (the password is the same, so :data:`SECRET_VAR` serves both)."""
+        database = fix_pg.PgDatabase(self.cluster, self.cluster.create_database())
+        profile = pg_profile_yaml(database, secret_var=SECRET_VAR).replace("  test:\n", "  bench:\n")
+        return database.name, write_config(folder, profile)
+
     def stop(self) -> None:
         """Stop the cluster and delete its files."""
         self.cluster.destroy()

@@ -19,6 +19,11 @@ FINISH_RUN_TARGET = 2
 CONTENTION_TARGET = 0.40
 CONTENTION_TARGET_PROCS = 16
 AIRFLOW_TARGET = 1.10
+#: Part 7: a full run on years of history costs at most this many times the same run on an empty Engine DB.
+HISTORY_TARGET = 1.25
+#: Part 8: a claim beside a running purge waits less than this, in seconds.
+PURGE_CLAIM_TARGET_S = 1.0
+NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
@@ -232,6 +237,70 @@ def waits_section(result: dict[str, Any] | None) -> str:
     return "Deferred waits (one triggerer, PostgreSQL, LISTEN)\n" + table(["", "measured"], rows)
 
 
+def _dialects(results: dict[str, Any] | None) -> list[str]:
+    return [d for d in ("postgresql", "sqlite") if d in (results or {})]
+
+
+def _ms_pair(figures: dict[str, Any]) -> str:
+    return f"{figures['history']['median_ms']:.1f} / {figures['empty']['median_ms']:.1f}"
+
+
+def history_section(results: dict[str, Any] | None) -> str:
+    """Part 7: a full run and the CLI's read commands on years of history vs on an empty Engine DB."""
+    dialects = _dialects(results)
+    if not dialects:
+        return ""
+    assert results is not None
+    lines = [
+        "7. History: the same work on an Engine DB with years of history and on an empty one, alternating"
+    ]
+    for d in dialects:
+        r = results[d]
+        if "error" in r:
+            lines.append(f"   {NAMES[d]}: FAILED: {r['error']}")
+            continue
+        g = r["generated"]["counts"]
+        lines.append(f"   {NAMES[d]}: {g['runs']:,} runs, {g['task_runs']:,} task runs, {g['attempts']:,} attempts "
+                     f"(written in {r['generated']['total_s']:.0f} s); {r['repeats']} full runs of {r['pipeline']} "
+                     f"per DB (claim + {r['tasks']} x start/end attempt + finish, a connection per step), "
+                     f"{r['cli_repeats']} of each CLI command")  # fmt: skip
+        rows = [["full run", _ms_pair(r["run"]), _ratio_cell(r["run"]["ratio"]), f"<= {HISTORY_TARGET:.2f}"]]
+        rows += [[f"  {op}", _ms_pair(v), _ratio_cell(v["ratio"]), ""] for op, v in r["ops"].items()]
+        rows += [[f"CLI {name}", _ms_pair(v), _ratio_cell(v["ratio"]), ""] for name, v in r["cli"].items()]
+        lines.append(table([f"{NAMES[d]}", "median ms history / empty", "history ÷ empty", "target"], rows))
+    return "\n".join(lines)
+
+
+def purge_section(results: dict[str, Any] | None) -> str:
+    """Part 8: purge throughput and the claim times beside it."""
+    dialects = _dialects(results)
+    if not dialects:
+        return ""
+    assert results is not None
+    lines = ["8. Purge of that history in its own process (etl-craft-airflow purge), another process claiming and "
+             "finishing runs beside it"]  # fmt: skip
+    rows = []
+    for d in dialects:
+        r = results[d]
+        if "error" in r:
+            lines.append(f"   {NAMES[d]}: FAILED: {r['error']}")
+            continue
+        c, alone, during = r["counts"], r["claims_alone"], r["claims_during"]
+        rows.append([NAMES[d], f"{r['older_than_days']}d / {r['batch_size']}", f"{c['RUNS_DELETED']:,}",
+                     f"{c['ATTEMPTS_DELETED']:,}", r["batches"], f"{r['purge_s']:.1f}", f"{r['runs_per_s']:,.0f}",
+                     f"{r['attempts_per_s']:,.0f}", _claims_cell(during), _claims_cell(alone),
+                     f"< {PURGE_CLAIM_TARGET_S * 1000:.0f} ms"])  # fmt: skip
+    if rows:
+        lines.append(table(["", "older than / batch", "runs deleted", "attempts deleted", "batches", "s",
+                            "runs/s", "attempts/s", "claims during: n, median / max ms",
+                            "claims alone: n, median / max ms", "target (max)"], rows))  # fmt: skip
+    return "\n".join(lines)
+
+
+def _claims_cell(ms: dict[str, Any]) -> str:
+    return "none" if not ms["n"] else f"{ms['n']}, {ms['median_ms']:.1f} / {ms['max_ms']:.0f}"
+
+
 def airflow_section(result: dict[str, Any] | None) -> str:
     """Part 3: dag.test() times of the plain and the recorded DAG."""
     if not result:
@@ -321,6 +390,38 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "measured": f"{wake['median'] / 1000:.2f} s / {wake['p99'] / 1000:.2f} s",
             "value": wake["p99"], "met": wake["median"] <= 1000 and wake["p99"] <= 2000,
         })  # fmt: skip
+    for d in _dialects(results.get("history")):
+        r = results["history"][d]
+        if "error" in r:
+            out.append({"target": f"a full run on years of history <= {HISTORY_TARGET:.2f}x on an empty Engine DB "
+                        f"({NAMES[d]})", "measured": f"FAILED: {r['error']}", "value": None, "met": False})  # fmt: skip
+            continue
+        ratio = r["run"]["ratio"]
+        out.append({
+            "target": f"a full run with {r['generated']['counts']['attempts']:,} attempts of history <= "
+            f"{HISTORY_TARGET:.2f}x on an empty Engine DB ({NAMES[d]})",
+            "measured": f"{ratio:.2f}x ({r['run']['history']['median_ms']:.1f} / {r['run']['empty']['median_ms']:.1f} ms)",
+            "value": ratio, "met": ratio <= HISTORY_TARGET,
+        })  # fmt: skip
+    for d in _dialects(results.get("purge")):
+        r = results["purge"][d]
+        target = f"a claim beside a running purge waits < {PURGE_CLAIM_TARGET_S:g} s ({NAMES[d]})"
+        if "error" in r:
+            out.append({"target": target, "measured": f"FAILED: {r['error']}", "value": None, "met": False})
+            continue
+        during = r["claims_during"]
+        if not during["n"]:
+            out.append(
+                {"target": target, "measured": "no claim ran during the purge", "value": None, "met": None}
+            )
+            continue
+        out.append({
+            "target": target,
+            "measured": f"longest {during['max_ms']:.0f} ms of {during['n']} claims (median {during['median_ms']:.1f} ms; "
+            f"{r['claims_alone']['median_ms']:.1f} ms without a purge); {r['runs_per_s']:,.0f} runs/s, "
+            f"{r['attempts_per_s']:,.0f} attempts/s deleted",
+            "value": during["max_ms"], "met": during["max_ms"] < PURGE_CLAIM_TARGET_S * 1000,
+        })  # fmt: skip
     airflow = results.get("airflow")
     if airflow and "ratio" in airflow:
         out.append({
@@ -367,6 +468,8 @@ def render(results: dict[str, Any]) -> str:
         airflow_section(results.get("airflow")),
         credentials_section(results.get("credentials")),
         waits_section(results.get("waits")),
+        history_section(results.get("history")),
+        purge_section(results.get("purge")),
         scheduler_part.section(results.get("scheduler"), table),
         targets_section(results.get("targets", [])),
         machine_section(results["machine"]),

@@ -423,7 +423,7 @@ def _add_purge_arguments(cmd: argparse.ArgumentParser) -> None:
         type=_batch_size,
         default=None,
         metavar="N",
-        help="runs per batch, each batch one short transaction (default 500)",
+        help="at most N runs per batch (default 500); batches are sized to take about 0.25 s each",
     )
     cmd.add_argument(
         "--pipeline", type=_text, default=None, metavar="CODE", help="only runs of this PIPELINE_CODE"

@@ -28,7 +28,7 @@ class EnginePurgeOperator(BaseOperator):
     :param etl_craft_conn_id: Airflow connection of type ``etl_craft``.
     :param profile: Engine profile to use from a file-backed connection.
     :param pipeline: only runs of this PIPELINE_CODE (templated).
-    :param batch_size: runs per batch (one transaction each).
+    :param batch_size: at most this many runs per batch (one transaction each, sized to take about 0.25 s).
     :param archive_dir: write each batch's rows there first, as JSON Lines with a sha256 manifest (templated).
     :param dry_run: count what would go, change nothing.
     :return: the purge's document: ``purge_id``, ``cutoff``, ``counts`` per table, ``batches``, … (XCom).

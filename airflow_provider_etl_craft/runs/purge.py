@@ -72,6 +72,13 @@ MANIFEST = "MANIFEST.sha256"
 #: and a waiting writer polls for it every 100 ms at most, so a pause this long lets every waiting claim in
 #: before the next batch; back to back, batches could starve it.
 SQLITE_PAUSE = 0.1
+#: Seconds one batch's transaction should take at most. A batch holds its runs' rows, and on SQLite the one write
+#: lock, for its whole transaction, so the purge sizes its batches to this instead of trusting a run count:
+#: runs differ in size (a 20-task run with retries has a hundred rows), and a loaded server is slower. It starts
+#: at :data:`FIRST_BATCH` runs, shrinks a batch that took longer in proportion, and doubles one that took under a
+#: quarter of it, never above ``batch_size``. Claims beside a purge then wait at most about this long.
+BATCH_BUDGET = 0.25
+FIRST_BATCH = 50
 
 #: Runs a gate or claim still reads, whatever their age (see the module docstring).
 _PROTECTED = (
@@ -475,9 +482,10 @@ class Purge:
         replans = 0
         plan = self.plan()
         self.result.kept = plan.kept
+        size = min(self.batch_size, FIRST_BATCH)
         while plan.candidates:
             started = time.monotonic()
-            batch = sorted(plan.candidates)[: self.batch_size]
+            batch = sorted(plan.candidates)[:size]
             try:
                 with self._batch_transaction() as cur:
                     self._check_batch(cur, batch, plan.candidates)
@@ -496,6 +504,7 @@ class Purge:
                 self.result.kept = plan.kept
                 continue
             plan.candidates.difference_update(batch)
+            size = _next_size(size, self.batch_size, time.monotonic() - started)
             self._pause(started)
             if self.on_batch is not None:
                 self.on_batch(self.result.batches)
@@ -578,3 +587,12 @@ def parse_age(text: str) -> timedelta:
     if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit():
         raise ValueError(f"must be a whole number with a unit s, m, h, d or w (e.g. 90d), got {text!r}")
     return timedelta(seconds=int(text[:-1]) * units[text[-1]])
+
+
+def _next_size(size: int, largest: int, took: float) -> int:
+    """The next batch's run count, from how long a batch of ``size`` runs took (see :data:`BATCH_BUDGET`)."""
+    if took > BATCH_BUDGET:
+        return max(1, min(size - 1, int(size * BATCH_BUDGET / took)))
+    if took < BATCH_BUDGET / 4:
+        return min(largest, size * 2)
+    return size

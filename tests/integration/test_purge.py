@@ -24,6 +24,7 @@ from airflow_provider_etl_craft.cli.main import main as cli_main
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
+from airflow_provider_etl_craft.runs import purge as purge_module
 from airflow_provider_etl_craft.runs.gates import Edge, Gates
 from airflow_provider_etl_craft.runs.purge import MANIFEST, TABLES, Purge
 from tests.conftest import EngineSetup, engine_rows
@@ -313,6 +314,27 @@ def test_a_claim_never_waits_a_second_on_a_running_purge(db: Db, engine: EngineS
     assert during >= 3, "the purge ended before claims could run beside it"
     print(f"{len(waits)} claims, {during} while the purge ran; longest wait {max(waits):.3f} s")  # noqa: T201
     assert max(waits) < 1.0, sorted(waits)[-5:]
+
+
+@pytest.mark.parametrize(("budget", "batches"), [(0.0, 1 + 31), (1e9, 5)])
+def test_batches_are_sized_by_how_long_a_batch_takes(
+    db: Db, monkeypatch: pytest.MonkeyPatch, budget: float, batches: int
+) -> None:
+    """39 deletable runs, at most 8 per batch: a batch over the time budget makes the next one smaller (here any
+    batch is over a budget of 0 s: 8, then 1 at a time), one well under it lets the next grow up to the limit."""
+    seed_old_runs(db, 40)
+    monkeypatch.setattr(purge_module, "BATCH_BUDGET", budget)
+    result = purge(db.hook, batch_size=8)
+    assert (result.counts["RUNS_DELETED"], result.batches) == (39, batches)
+
+
+def test_the_next_batch_size_follows_the_time_the_last_one_took() -> None:
+    budget = purge_module.BATCH_BUDGET
+    assert purge_module._next_size(100, 500, budget * 4) == 25  # four times too long: a quarter of the runs
+    assert purge_module._next_size(100, 500, budget / 10) == 200  # well under: doubled
+    assert purge_module._next_size(400, 500, budget / 10) == 500  # never above --batch-size
+    assert purge_module._next_size(100, 500, budget / 2) == 100  # within: kept
+    assert purge_module._next_size(1, 500, budget * 100) == 1  # never below one run
 
 
 def test_the_cli_purges_with_documented_exit_statuses(db: Db, engine: EngineSetup, tmp_path: Path) -> None:

@@ -60,6 +60,8 @@ HISTORY_DAYS = 30
 FAILED_DAYS = {14, 26}
 BREACH_MINUTES = {9: 141, 22: 156}
 IDLE = "WEB_IDLE"
+#: A pipeline whose one run took a moment against an SLA of a day.
+QUICK = "WEB_QUICK"
 
 
 def history_minutes(day: int) -> int:
@@ -106,6 +108,12 @@ def write_history(setup: Any) -> dict[int, int]:
                 "WHERE PIPELINE_RUN_ID = ?", (engine.to_db_time(start), engine.to_db_time(end), sla, run_id))  # fmt: skip
     execute(setup, "INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE) VALUES (?, ?, ?)",
             (IDLE, "Never run", "FULL"))  # fmt: skip
+    execute(setup, "INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, REFRESH_TYPE, SLA_IN_HOURS) "
+            "VALUES (?, ?, ?, ?)", (QUICK, "Fast, with a day's SLA", "FULL", 24))  # fmt: skip
+    who = RunIdentity("web_ui_quick", "manual__quick", datetime(2026, 11, 30, 6, tzinfo=UTC))
+    with setup.hook().lifecycle() as lc:
+        lc.claim(QUICK, who)
+        lc.finish_run(QUICK, who, {})
     return ids
 
 
@@ -354,6 +362,14 @@ def test_the_pipeline_page_charts_the_durations_of_recent_runs(
     # A point opens its run.
     page.get_by_test_id("trend-failed").get_by_role("link", name=failed[0]).click()
     expect(page.get_by_role("heading", name=f"Run {failed[0][1:]}")).to_be_visible()
+
+    # An SLA far above every run: the axis follows the runs, the legend says where the SLA is.
+    page.goto(f"/etl-craft/ui/#/pipelines/{QUICK}")
+    quick = page.get_by_test_id("trend")
+    expect(quick.locator(".u-legend")).to_contain_text("SLA (24 h)24 h, above the chart")  # the colon is CSS
+    expect(quick.get_by_test_id("trend-chart")).to_have_attribute("data-unit", "s")
+    pixels = quick.locator("canvas").first.evaluate(COUNT_COLOURS)
+    assert pixels["duration"] > 10 and pixels["sla"] == 0, pixels
 
     page.goto(f"/etl-craft/ui/#/pipelines/{IDLE}")
     expect(page.get_by_role("heading", name=f"Pipeline {IDLE}")).to_be_visible()

@@ -694,14 +694,17 @@
     const slaHours = pipeline.sla_in_hours;
     const slaSeconds = slaHours === null || slaHours === undefined ? null : Number(slaHours) * 3600;
     const seconds = runs.map((r) => r.duration_seconds);
-    const unit = durationUnit(Math.max(...seconds, slaSeconds || 0));
+    // An SLA far above every run would flatten the points against the axis: then the axis follows the runs
+    // and the legend says the SLA line is above the chart.
+    const slaShown = slaSeconds !== null && slaSeconds <= 3 * Math.max(...seconds);
+    const unit = durationUnit(Math.max(...seconds, slaShown ? slaSeconds : 0));
     const ids = runs.map((r) => r.pipeline_run_id);
     const ys = seconds.map((s) => s / unit.seconds);
     const isFailed = (r) => r.status === 'FAILED';
     const isBreached = (r) => r.sla_status === 'BREACHED';
     const failed = runs.filter(isFailed);
     const breached = runs.filter(isBreached);
-    const yMax = Math.max(...ys, slaSeconds === null ? 0 : slaSeconds / unit.seconds) * 1.12 || 1;
+    const yMax = Math.max(...ys, slaShown ? slaSeconds / unit.seconds : 0) * 1.12 || 1;
     const valueText = (u, v) => (v === null || v === undefined ? DASH : fmtDuration(v * unit.seconds));
     const marks = (size, colour, fill, width) => ({show: true, size, width, stroke: colour, fill});
 
@@ -723,7 +726,7 @@
     ];
     if (slaSeconds !== null) {
       series.push({label: `SLA (${fmtSla(slaHours)})`, stroke: CHART.sla, width: 1.5, dash: [6, 4],
-        points: {show: false}, value: () => fmtDuration(slaSeconds)});
+        points: {show: false}, value: () => (slaShown ? fmtDuration(slaSeconds) : `${fmtDuration(slaSeconds)}, above the chart`)});
       data.push(runs.map(() => slaSeconds / unit.seconds));
     }
     const axis = {stroke: CHART.axis, grid: {stroke: CHART.grid, width: 1}, ticks: {stroke: CHART.grid, width: 1}};

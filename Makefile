@@ -17,7 +17,7 @@ CONSTRAINTS := constraints/constraints-airflow-$(AIRFLOW)-py$(PYVER).txt
 VENV := $(if $(filter $(NEWEST),$(AIRFLOW)),.venv,.venv-airflow-$(AIRFLOW))
 BIN := $(VENV)/bin
 
-.PHONY: demo test smoke lint bench docs check-constraints system-deps clean
+.PHONY: demo test smoke lint bench docs check-constraints system-deps vendor-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,11 @@ lint: $(VENV)/.installed-dev
 
 check-constraints: $(VENV)/.installed-dev
 	$(BIN)/python tools/constraints.py check
+
+# The plugin UI's charting library (uPlot), vendored: fetch the pinned release from the npm registry, check its
+# integrity hash and each file's, write it under airflow_provider_etl_craft/plugins/ui/vendor/ (docs/ui.md).
+vendor-ui:
+	$(PYTHON) tools/vendor_uplot.py fetch
 
 clean:
 	rm -rf .venv .venv-airflow-* .venv-docs .site .demo build dist *.egg-info

@@ -151,6 +151,21 @@ def pipeline_runs(
     return _document(conn_id, commands.history, code, limit, before)
 
 
+@app.get(
+    "/api/v1/pipelines/{code}/trend",
+    dependencies=[read],
+    summary="The newest finished runs, oldest first, with durations and SLA verdicts (the duration chart)",
+)
+def pipeline_trend(
+    code: Code,
+    conn_id: ConnId = None,
+    limit: Annotated[
+        int, Query(ge=1, le=commands.MAX_TREND_RUNS, description="How many finished runs (newest ones)")
+    ] = commands.TREND_RUNS,
+) -> JSONResponse:
+    return _document(conn_id, commands.trend, code, limit)
+
+
 @app.get("/api/v1/runs/{pipeline_run_id}", dependencies=[read], summary="One run by PIPELINE_RUN_ID")
 def run_by_id(pipeline_run_id: RunId, conn_id: ConnId = None) -> JSONResponse:
     return _document(conn_id, commands.run_by_id, pipeline_run_id)
@@ -186,8 +201,17 @@ def openapi() -> JSONResponse:
     )
 
 
-#: The UI page's files and their media types (served from the package, behind the same auth).
-UI_FILES = {"": "text/html", "index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"}
+#: The UI page's files and their media types (served from the package, behind the same auth); ``vendor/`` holds
+#: the charting library, pinned and checked by ``tools/vendor_uplot.py`` (docs/ui.md).
+UI_FILES = {
+    "": "text/html",
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "app.css": "text/css",
+    "vendor/uplot/uPlot.iife.min.js": "text/javascript",
+    "vendor/uplot/uPlot.min.css": "text/css",
+    "vendor/uplot/LICENSE": "text/plain",
+}
 
 
 @app.get("/ui/{name:path}", dependencies=[read], include_in_schema=False)

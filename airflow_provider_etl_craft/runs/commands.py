@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 Document = dict[str, Any]
 #: Runs per page when the caller does not say (``history --limit``, the API's ``limit``).
 DEFAULT_PAGE = 20
+#: Finished runs the duration trend shows when the caller does not say, and the most it shows.
+TREND_RUNS = 50
+MAX_TREND_RUNS = 500
 
 
 @contextmanager
@@ -89,6 +92,17 @@ def history(hook: EngineDBHook, code: str, limit: int = DEFAULT_PAGE, before: in
     return masked(
         {"pipeline": as_json(pipeline), "runs": as_json(page.runs), "next_before": page.next_before}
     )
+
+
+def trend(hook: EngineDBHook, code: str, limit: int = TREND_RUNS) -> Document:
+    """The pipeline and its ``limit`` newest finished runs, oldest first, with their durations and SLA verdicts:
+    what the UI's duration chart draws (docs/ui.md). ``limit`` is capped at :data:`MAX_TREND_RUNS`.
+    """
+    limit = max(1, min(limit, MAX_TREND_RUNS))
+    with _queries(hook) as queries:
+        pipeline = queries.pipeline(code)
+        runs = queries.trend(code, limit)
+    return masked({"pipeline": as_json(pipeline), "limit": limit, "runs": as_json(runs)})
 
 
 def run_by_id(hook: EngineDBHook, pipeline_run_id: int) -> Document:

@@ -77,12 +77,26 @@ _TASK_RUNS = (
 )
 _ATTEMPTS = (
     "SELECT a.TASK_RUN_ID, a.ATTEMPT_ID, a.MAP_INDEX, a.ATTEMPT_NUMBER, a.STATUS, a.HOST, a.PID, a.STARTED_AT, "
-    "a.ENDED_AT, a.ERROR_MESSAGE "
+    "a.ENDED_AT, a.ERROR_MESSAGE, a.QUEUED_AT "
     "FROM AUD_TASK_ATTEMPTS a JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_RUN_ID = a.TASK_RUN_ID "
     "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = tr.PIPELINE_RUN_ID "
     "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID "
     "WHERE p.PIPELINE_CODE = ? AND tr.PIPELINE_RUN_ID BETWEEN ? AND ? "
     "ORDER BY a.TASK_RUN_ID, COALESCE(a.MAP_INDEX, -1), a.ATTEMPT_NUMBER"
+)
+#: The ``CFG_PIPELINES`` rows of a code (a retired row's runs are the code's history too).
+_PIPELINE_ROWS = "SELECT PIPELINE_ID FROM CFG_PIPELINES WHERE PIPELINE_CODE = ?"
+#: The newest finished runs of one ``CFG_PIPELINES`` row, read backwards through IX_AUD_PIPELINES_RUN_LOG_LATEST
+#: (PIPELINE_ID, PIPELINE_RUN_ID DESC) and stopped at LIMIT: the cost follows the limit, not the history. As in
+#: :data:`_LATEST_RUNS`, the row is matched as a range of one value so that only this index gives the order.
+#: A finished run has an END_DATE and is not IN-PROGRESS (a reopened run is IN-PROGRESS again); at most one
+#: run per pipeline is IN-PROGRESS, so the filter skips at most one index entry. Parameters: the row's id
+#: twice, the limit.
+_TREND_RUNS = (
+    "SELECT r.PIPELINE_RUN_ID, r.STATUS, r.RUN_DATE, r.START_DATE, r.END_DATE, r.SLA_STATUS "
+    "FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID >= ? AND r.PIPELINE_ID <= ? "
+    "AND r.END_DATE IS NOT NULL AND r.STATUS <> 'IN-PROGRESS' "
+    "ORDER BY r.PIPELINE_ID, r.PIPELINE_RUN_ID DESC LIMIT ?"
 )
 #: Gate decisions of the runs in a span, with the gated task and the upstream (pipeline, task) in codes.
 _GATE_DECISIONS = (
@@ -118,6 +132,9 @@ class AttemptInfo:
     started_at: datetime | None
     ended_at: datetime | None
     error_message: str | None
+    #: When the attempt was last parked QUEUED while Airflow rescheduled or deferred its try (None: never).
+    #: A QUEUED attempt is parked now; a later status means it was taken over again after that time.
+    queued_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +247,21 @@ class RunInfo:
             gate_decisions=gate_decisions,
             interventions=interventions,
         )
+
+
+@dataclass(frozen=True)
+class TrendRun:
+    """A finished run as the pipeline page's duration chart shows it."""
+
+    pipeline_run_id: int
+    status: str
+    run_date: date | None
+    start_date: datetime | None
+    end_date: datetime | None
+    #: END_DATE minus START_DATE in seconds (None without a START_DATE).
+    duration_seconds: float | None
+    #: MET or BREACHED (judged once, when the run first finished); None without an SLA or for a repaired run.
+    sla_status: str | None
 
 
 @dataclass(frozen=True)
@@ -356,6 +388,27 @@ class RunQueries:
         runs = [run for _, run in self._detailed(rows[:limit])]
         return RunsPage(runs, runs[-1].pipeline_run_id if len(rows) > limit else None)
 
+    def trend(self, code: str, limit: int) -> list[TrendRun]:
+        """The pipeline's ``limit`` newest finished runs, oldest first (its retired rows' runs included).
+
+        One indexed read of at most ``limit`` runs per ``CFG_PIPELINES`` row of the code, merged here.
+        """
+        t = self.engine.from_db_time
+        found: list[TrendRun] = []
+        for (pipeline_id,) in self._rows(_PIPELINE_ROWS, (code,)):
+            for run_id, status, run_date, start, end, sla in self._rows(
+                _TREND_RUNS, (pipeline_id, pipeline_id, limit)
+            ):
+                started, ended = t(start), t(end)
+                duration = None if started is None or ended is None else (ended - started).total_seconds()
+                found.append(
+                    TrendRun(
+                        int(run_id), status, self.engine.from_db_date(run_date), started, ended, duration, sla
+                    )
+                )
+        found.sort(key=lambda run: run.pipeline_run_id)
+        return found[-limit:]
+
     def run(self, pipeline_run_id: int) -> list[tuple[Pipeline, RunInfo]]:
         """The run with this id and its pipeline row (empty: no such run)."""
         return self._detailed(self._rows(_RUN_BY_ID, (pipeline_run_id,)))
@@ -475,7 +528,7 @@ class RunQueries:
         """The attempts of the task runs in ``span`` (pipeline code, first and last run id), by task run."""
         t = self.engine.from_db_time
         attempts: dict[int, list[AttemptInfo]] = {}
-        for task_run_id, aid, index, number, status, host, pid, started, ended, error in self._rows(
+        for task_run_id, aid, index, number, status, host, pid, started, ended, error, queued in self._rows(
             _ATTEMPTS, span
         ):
             attempts.setdefault(int(task_run_id), []).append(
@@ -489,6 +542,7 @@ class RunQueries:
                     t(started),
                     t(ended),
                     error,
+                    t(queued),
                 )
             )
         return attempts

@@ -100,7 +100,7 @@ def counts(
 def attempt(number: int, status: str, error: str | None = None, ended: bool = True,
             map_index: int | None = None) -> dict[str, Any]:  # fmt: skip
     return {"map_index": map_index, "attempt_number": number, "status": status, "host": HOST, "pid": PID, "started_at": "T",
-            "ended_at": "T" if ended else None, "error_message": error}  # fmt: skip
+            "ended_at": "T" if ended else None, "error_message": error, "queued_at": None}  # fmt: skip
 
 
 def task_run(code: str, status: str, attempts: list[dict[str, Any]], error: str | None = None,

@@ -1,7 +1,8 @@
 """The pipelines overview reads each pipeline's newest run through an index, not by grouping all history
 (issue 26): on both dialects the plan of the latest-runs query reads AUD_PIPELINES_RUN_LOG only through
 IX_AUD_PIPELINES_RUN_LOG_LATEST and its primary key, and the answer is the newest run of every code, a
-retired pipeline row's runs included.
+retired pipeline row's runs included. The pipeline page's duration trend reads its newest finished runs the
+same way: through that index, stopped at its limit, never sorting the history.
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_etl_craft.runs.queries import _CURRENT_OR_LATEST_RUN, _LATEST_RUNS, RunQueries
+from airflow_provider_etl_craft.runs.queries import (
+    _CURRENT_OR_LATEST_RUN,
+    _LATEST_RUNS,
+    _TREND_RUNS,
+    RunQueries,
+)
 from tests.conftest import EngineSetup
 from tests.reliability.conftest import pipeline_sql
 
@@ -130,3 +136,45 @@ def test_status_shows_the_in_progress_run_else_the_newest(engine: EngineSetup) -
         running = queries.current_or_latest_run("P00")
     assert running is not None and running.pipeline_run_id == oldest[0] and running.status == "IN-PROGRESS"
     assert newest.pipeline_run_id > oldest[0] and newest.status != "IN-PROGRESS"
+
+
+def test_the_trend_query_reads_the_newest_runs_through_the_index(engine: EngineSetup) -> None:
+    """The duration chart's query: PostgreSQL reads the run table only through the index, with no Seq Scan and
+    no Sort (the index gives the order, LIMIT stops the scan); SQLite searches the index, no temporary B-tree."""
+    hook = engine.hook()
+    with closing(hook.engine.connect()) as conn:
+        ((pipeline_id,),) = hook.engine.query(
+            conn, "SELECT MIN(PIPELINE_ID) FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'P01'"
+        )
+    steps = plan(engine, _TREND_RUNS, (pipeline_id, pipeline_id, 50))
+    text = "\n".join(steps)
+    assert INDEX.lower() in text.lower(), text
+    if engine.dialect == "postgresql":
+        assert not any("seq scan" in s.lower() for s in steps), text
+        assert not any(s.strip().removeprefix("->  ").startswith("Sort") for s in steps), text
+        assert steps[0].startswith("Limit"), text
+    else:
+        assert not any(s.startswith("SCAN") for s in steps), text
+        assert not any("TEMP B-TREE" in s for s in steps), text
+
+
+def test_the_trend_is_the_newest_finished_runs_of_every_row_of_the_code(engine: EngineSetup) -> None:
+    """P00's trend merges its retired and active rows' runs: the newest ``limit`` finished runs, oldest first,
+    as a full read finds them; an IN-PROGRESS run is left out."""
+    hook = engine.hook()
+    with closing(hook.engine.connect()) as conn:
+        hook.engine.execute(
+            conn,
+            "UPDATE AUD_PIPELINES_RUN_LOG SET STATUS = 'IN-PROGRESS' WHERE PIPELINE_RUN_ID = (SELECT MAX(r.PIPELINE_RUN_ID) "
+            "FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = 'P00')",
+        )
+        every = hook.engine.query(
+            conn,
+            "SELECT r.PIPELINE_RUN_ID, r.STATUS FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p "
+            "ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = 'P00' ORDER BY r.PIPELINE_RUN_ID",
+        )
+        trend = RunQueries(hook.engine, conn).trend("P00", 50)
+    finished = [(int(run_id), status) for run_id, status in every if status != "IN-PROGRESS"]
+    assert len(every) - len(finished) == 1
+    assert [(r.pipeline_run_id, r.status) for r in trend] == finished[-50:]
+    assert all(r.duration_seconds is not None and r.duration_seconds >= 0 for r in trend)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,51 @@ def test_pause_and_resume_write_the_clis_rows_as_the_signed_in_user(
     assert (not_paused.status_code, not_paused.json()["detail"]["exit_status"]) == (409, 9)
 
 
-GETS = ["/pipelines", "/pipelines/SALES", "/pipelines/SALES/runs", "/runs/1", "/runs?dag_id=d&run_id=r"]
+def finished_runs(setup: EngineSetup, code: str) -> list[tuple[Any, ...]]:
+    """Every finished run of ``code`` read straight from the run table, oldest first: (id, status, SLA)."""
+    return [
+        (int(run_id), status, sla)
+        for run_id, status, sla in engine_rows(
+            setup.hook(),
+            "SELECT r.PIPELINE_RUN_ID, r.STATUS, r.SLA_STATUS FROM AUD_PIPELINES_RUN_LOG r "
+            "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? "
+            "AND r.STATUS <> 'IN-PROGRESS' AND r.END_DATE IS NOT NULL ORDER BY r.PIPELINE_RUN_ID",
+            (code,),
+        )
+    ]
+
+
+def test_the_trend_route_returns_the_newest_finished_runs_with_durations(
+    engine: tuple[EngineSetup, Runs, str], viewer: httpx.Client
+) -> None:
+    """The duration chart's data: finished runs only (the IN-PROGRESS one left out), oldest first, each with
+    END_DATE - START_DATE and its stored SLA verdict; ``limit`` keeps the newest; no runs is an empty list."""
+    setup, runs, conn = engine
+    doc = get(viewer, "/pipelines/SALES/trend", conn_id=conn)
+    assert doc["pipeline"]["pipeline_code"] == "SALES" and doc["pipeline"]["sla_in_hours"] == 2
+    assert doc["limit"] == 50
+    got = [(r["pipeline_run_id"], r["status"], r["sla_status"]) for r in doc["runs"]]
+    assert got == finished_runs(setup, "SALES") and [r[0] for r in got] == [runs.ok, runs.failed]
+    assert runs.running not in {r["pipeline_run_id"] for r in doc["runs"]}
+    for run in doc["runs"]:
+        start = datetime.fromisoformat(run["start_date"].replace("Z", "+00:00"))
+        end = datetime.fromisoformat(run["end_date"].replace("Z", "+00:00"))
+        assert run["duration_seconds"] == pytest.approx((end - start).total_seconds(), abs=0.001)
+    newest = get(viewer, "/pipelines/SALES/trend", conn_id=conn, limit=1)
+    assert (newest["limit"], [r["pipeline_run_id"] for r in newest["runs"]]) == (1, [runs.failed])
+    assert get(viewer, "/pipelines/IDLE/trend", conn_id=conn)["runs"] == []
+    unknown = viewer.get(f"{API}/pipelines/SALE/trend", params={"conn_id": conn})
+    assert (unknown.status_code, unknown.json()["detail"]["error"]) == (404, "MetadataError")
+
+
+GETS = [
+    "/pipelines",
+    "/pipelines/SALES",
+    "/pipelines/SALES/runs",
+    "/pipelines/SALES/trend",
+    "/runs/1",
+    "/runs?dag_id=d&run_id=r",
+]
 
 
 def test_every_route_needs_a_session_and_writes_need_edit_rights(
@@ -154,6 +199,7 @@ def test_every_route_needs_a_session_and_writes_need_edit_rights(
         "/etl-craft/openapi.json",
         "/etl-craft/ui/",
         "/etl-craft/ui/app.js",
+        "/etl-craft/ui/vendor/uplot/uPlot.iife.min.js",
     ]:
         assert nobody.get(path).status_code == 401, path
         assert nobody.get(path, headers={"Authorization": "Bearer not-a-token"}).status_code in (401, 403), (
@@ -167,7 +213,11 @@ def test_every_route_needs_a_session_and_writes_need_edit_rights(
         assert viewer.get(url).status_code == 405  # no state change on GET
     assert pause_rows(setup, "SALES") == before
     openapi = viewer.get("/etl-craft/openapi.json").json()
-    assert {f"{API}{p}" for p in ("/pipelines", "/runs")} <= {f"/etl-craft{p}" for p in openapi["paths"]}
+    paths = {f"/etl-craft{p}" for p in openapi["paths"]}
+    assert {f"{API}{p}" for p in ("/pipelines", "/runs", "/pipelines/{code}/trend")} <= paths
+    limit = next(p for p in openapi["paths"]["/api/v1/pipelines/{code}/trend"]["get"]["parameters"]
+                 if p["name"] == "limit")  # fmt: skip
+    assert (limit["schema"]["minimum"], limit["schema"]["maximum"]) == (1, 500)
 
 
 HOSTILE_CODES = [
@@ -184,7 +234,9 @@ HOSTILE_QUERIES: list[tuple[str, dict[str, Any]]] = [
     ("/runs", {"dag_id": "a b", "run_id": "r"}), ("/runs", {"dag_id": "d", "run_id": "r\x00"}),
     ("/runs", {"dag_id": "d" * 300, "run_id": "r"}), ("/runs", {"dag_id": "d"}), ("/runs", {}),
     ("/pipelines/SALES/runs", {"limit": 0}), ("/pipelines/SALES/runs", {"limit": 10**6}),
-    ("/pipelines/SALES/runs", {"before": 2**63}), ("/pipelines", {"conn_id": "../../etc/passwd"}),
+    ("/pipelines/SALES/runs", {"before": 2**63}), ("/pipelines/SALES/trend", {"limit": 0}),
+    ("/pipelines/SALES/trend", {"limit": 501}), ("/pipelines/SALES/trend", {"limit": "x"}),
+    ("/pipelines", {"conn_id": "../../etc/passwd"}),
     ("/pipelines", {"conn_id": "no_such_conn"}), ("/pipelines", {"conn_id": "x" * 300}),
 ]  # fmt: skip
 
@@ -234,7 +286,10 @@ def test_an_unknown_pipeline_is_404_with_the_clis_message(
 def test_the_ui_page_and_its_files_are_served_with_relative_urls(admin: httpx.Client) -> None:
     page = admin.get("/etl-craft/ui/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    for name, kind in (("app.js", "text/javascript"), ("app.css", "text/css")):
+    files = (("app.js", "text/javascript"), ("app.css", "text/css"),
+             ("vendor/uplot/uPlot.iife.min.js", "text/javascript"), ("vendor/uplot/uPlot.min.css", "text/css"),
+             ("vendor/uplot/LICENSE", "text/plain"))  # fmt: skip
+    for name, kind in files:
         served = admin.get(f"/etl-craft/ui/{name}")
         assert served.status_code == 200 and served.headers["content-type"].startswith(kind)
         assert (
@@ -245,3 +300,7 @@ def test_the_ui_page_and_its_files_are_served_with_relative_urls(admin: httpx.Cl
     redirect = admin.get("/etl-craft/ui", params={"dag_id": "d", "run_id": "r"}, follow_redirects=False)
     assert redirect.status_code == 307 and redirect.headers["location"] == "ui/?dag_id=d&run_id=r"
     assert admin.get("/etl-craft/ui/secret.txt").status_code == 404
+    assert admin.get("/etl-craft/ui/vendor/uplot/..%2F..%2Fapp.js").status_code == 404  # only listed names
+    assert admin.get("/etl-craft/ui/vendor/uplot/uPlot.esm.js").status_code == 404
+    # The page loads the vendored library by a relative URL: nothing from another origin.
+    assert 'src="vendor/uplot/uPlot.iife.min.js"' in page.text and "//" not in page.text.split("<body>")[0]

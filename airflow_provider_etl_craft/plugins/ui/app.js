@@ -321,9 +321,11 @@
   async function viewPipeline(view, code, stillCurrent) {
     document.title = `Pipeline ${code} · etl-craft`;
     const enc = encodeURIComponent(code);
-    const [state, page] = await Promise.all([
+    // The chart's data failing leaves the rest of the page working: its error shows in the chart's place.
+    const [state, page, trend] = await Promise.all([
       api('GET', `pipelines/${enc}`),
       api('GET', `pipelines/${enc}/runs`, {query: {limit: RUNS_PAGE_SIZE}}),
+      api('GET', `pipelines/${enc}/trend`, {query: {limit: TREND_RUNS}}).catch((err) => err),
     ]);
     const pipeline = state.pipeline || page.pipeline || {pipeline_code: code};
     const pause = state.pause || null;
@@ -346,6 +348,8 @@
       append(view, el('p', {class: 'not-paused', 'data-testid': 'not-paused'}, 'Not paused: new runs may start.'));
     }
     append(view, pauseControl(pipeline.pipeline_code || code, Boolean(pause)));
+
+    append(view, trendSection(trend, pipeline));
 
     const runsSection = section('Runs');
     append(view, runsSection);
@@ -530,6 +534,8 @@
         fact('Backfill', run.backfill === 'Y' ? 'yes' : run.backfill === 'N' ? 'no' : text(run.backfill)),
         fact('Tasks', fmtCounts(run.task_status_counts))));
 
+    append(box, timelineSection(run));
+
     append(box, section('Task runs', table('task-runs-table',
       ['Task', 'Status', 'Attempts', 'Rows written', 'Start', 'End', 'Error'],
       taskRuns.map(taskRow), 'This run has no task run.')));
@@ -568,7 +574,9 @@
   function attemptsBlock(t) {
     const attempts = Array.isArray(t.attempts) ? t.attempts : [];
     const mapped = attempts.some((a) => a.map_index !== null && a.map_index !== undefined);
-    const headers = ['Attempt'].concat(mapped ? ['Map index'] : [], ['Status', 'Host', 'PID', 'Started', 'Ended', 'Error']);
+    const parked = attempts.some((a) => a.queued_at);
+    const headers = ['Attempt'].concat(mapped ? ['Map index'] : [], ['Status', 'Host', 'PID', 'Started', 'Ended'],
+      parked ? ['Last parked'] : [], ['Error']);
     const rows = attempts.map((a) => el('tr', {'data-attempt-id': a.attempt_id},
       el('td', {class: 'num'}, text(a.attempt_number)),
       mapped ? el('td', {class: 'num'}, a.map_index === null || a.map_index === undefined ? DASH : String(a.map_index)) : null,
@@ -577,6 +585,7 @@
       el('td', {class: 'num'}, text(a.pid)),
       timeCell(a.started_at),
       timeCell(a.ended_at),
+      parked ? timeCell(a.queued_at) : null,
       el('td', {class: 'error-text'}, a.error_message ? a.error_message : '')));
     return el('div', {class: 'attempts', 'data-task': t.task_code},
       el('h3', null, 'Task ', el('span', {class: 'mono'}, text(t.task_code)), ' ', badge(t.status)),
@@ -631,6 +640,306 @@
       el('td', {class: 'wrap'}, text(i.reason)),
       el('td', null, fmtWho(i.requested_by, i.requested_by_kind)),
       timeCell(i.requested_at));
+  }
+
+  // ---------------------------------------------------------------- charts
+
+  // Durations: 4.2 -> "4.2 s", 75 -> "1 min 15 s", 3725 -> "1 h 2 min".
+  function fmtDuration(seconds) {
+    if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return DASH;
+    if (seconds < 60) return `${seconds < 10 ? Math.round(seconds * 10) / 10 : Math.round(seconds)} s`;
+    const total = Math.round(seconds);
+    const h = Math.floor(total / 3600), m = Math.floor((total % 3600) / 60), s = total % 60;
+    if (h) return m ? `${h} h ${m} min` : `${h} h`;
+    return s ? `${m} min ${s} s` : `${m} min`;
+  }
+
+  // The unit of a duration axis whose largest value is maxSeconds.
+  function durationUnit(maxSeconds) {
+    if (maxSeconds >= 5 * 3600) return {name: 'h', seconds: 3600};
+    if (maxSeconds >= 120) return {name: 'min', seconds: 60};
+    return {name: 's', seconds: 1};
+  }
+
+  // Width a chart gets: the page's, within bounds (a view is built before it is attached).
+  function chartWidth() {
+    const page = document.documentElement.clientWidth || 1000;
+    return Math.max(480, Math.min(1200, page - 48));
+  }
+
+  // Colours of the charts; the same as the badges' (app.css), so a red mark means what a red badge means.
+  const CHART = {
+    duration: '#1558b0', failed: '#b3261e', breached: '#d98e00', sla: '#7b1fa2', grid: '#e2e6ea', axis: '#6b7785',
+  };
+  const TREND_RUNS = 50;
+
+  // The pipeline page's duration chart (uPlot): one point per finished run, oldest left; failed runs and
+  // SLA breaches marked; the SLA as a dashed line. `trend` is the API's document or the Error of its request.
+  function trendSection(trend, pipeline) {
+    const box = el('div', {class: 'trend', 'data-testid': 'trend'});
+    const block = section('Duration of recent runs', box);
+    if (trend instanceof Error) {
+      append(box, errorBox(trend));
+      return block;
+    }
+    const runs = (Array.isArray(trend.runs) ? trend.runs : []).filter((r) => typeof r.duration_seconds === 'number');
+    if (!runs.length) {
+      append(box, el('p', {class: 'muted', 'data-testid': 'trend-empty'}, 'No finished run yet: nothing to chart.'));
+      return block;
+    }
+    if (typeof window.uPlot !== 'function') {
+      append(box, errorBox(new Error('The charting library (vendor/uplot/uPlot.iife.min.js) did not load.')));
+      return block;
+    }
+    const slaHours = pipeline.sla_in_hours;
+    const slaSeconds = slaHours === null || slaHours === undefined ? null : Number(slaHours) * 3600;
+    const seconds = runs.map((r) => r.duration_seconds);
+    // An SLA far above every run would flatten the points against the axis: then the axis follows the runs
+    // and the legend says the SLA line is above the chart.
+    const slaShown = slaSeconds !== null && slaSeconds <= 3 * Math.max(...seconds);
+    const unit = durationUnit(Math.max(...seconds, slaShown ? slaSeconds : 0));
+    const ids = runs.map((r) => r.pipeline_run_id);
+    const ys = seconds.map((s) => s / unit.seconds);
+    const isFailed = (r) => r.status === 'FAILED';
+    const isBreached = (r) => r.sla_status === 'BREACHED';
+    const failed = runs.filter(isFailed);
+    const breached = runs.filter(isBreached);
+    const yMax = Math.max(...ys, slaShown ? slaSeconds / unit.seconds : 0) * 1.12 || 1;
+    const valueText = (u, v) => (v === null || v === undefined ? DASH : fmtDuration(v * unit.seconds));
+    const marks = (size, colour, fill, width) => ({show: true, size, width, stroke: colour, fill});
+
+    const series = [
+      {label: 'Run', value: (u, i) => (i === null || i === undefined || ids[i] === undefined ? DASH
+        : `#${ids[i]} ${runs[i].status}, started ${fmtTime(runs[i].start_date)}`)},
+      {label: 'Duration', stroke: CHART.duration, width: 1.5, value: valueText,
+        points: marks(5, CHART.duration, CHART.duration, 1)},
+      {label: 'Failed', stroke: CHART.failed, paths: () => null, value: valueText,
+        points: marks(11, CHART.failed, CHART.failed, 1)},
+      {label: 'SLA breached', stroke: CHART.breached, paths: () => null, value: valueText,
+        points: marks(17, CHART.breached, 'rgba(0,0,0,0)', 2.5)},
+    ];
+    const data = [
+      runs.map((_, i) => i),
+      ys,
+      runs.map((r, i) => (isFailed(r) ? ys[i] : null)),
+      runs.map((r, i) => (isBreached(r) ? ys[i] : null)),
+    ];
+    if (slaSeconds !== null) {
+      series.push({label: `SLA (${fmtSla(slaHours)})`, stroke: CHART.sla, width: 1.5, dash: [6, 4],
+        points: {show: false}, value: () => (slaShown ? fmtDuration(slaSeconds) : `${fmtDuration(slaSeconds)}, above the chart`)});
+      data.push(runs.map(() => slaSeconds / unit.seconds));
+    }
+    const axis = {stroke: CHART.axis, grid: {stroke: CHART.grid, width: 1}, ticks: {stroke: CHART.grid, width: 1}};
+    const opts = {
+      width: chartWidth(),
+      height: 260,
+      series,
+      scales: {x: {time: false, range: [-0.5, runs.length - 0.5]}, y: {range: [0, yMax]}},
+      axes: [
+        {...axis, label: 'Run (oldest left, newest right)', space: 56, incrs: [1, 2, 5, 10, 20, 50, 100],
+          values: (u, splits) => splits.map((i) => (Number.isInteger(i) && ids[i] !== undefined ? `#${ids[i]}` : ''))},
+        {...axis, label: `Duration (${unit.name})`, size: 56},
+      ],
+      cursor: {drag: {x: false, y: false}},
+      legend: {live: true},
+    };
+    const chart = el('div', {class: 'trend-chart', 'data-testid': 'trend-chart', 'data-unit': unit.name});
+    append(box, chart);
+    const plot = new window.uPlot(opts, data, chart);
+    // A click on the chart opens the run under the cursor.
+    plot.over.addEventListener('click', () => {
+      const i = plot.cursor.idx;
+      if (i !== null && i !== undefined && ids[i] !== undefined) window.location.hash = hashHref('runs', ids[i]);
+    });
+    const resize = () => {
+      if (!chart.isConnected) window.removeEventListener('resize', resize);
+      else plot.setSize({width: chartWidth(), height: 260});
+    };
+    window.addEventListener('resize', resize);
+
+    const runLinks = (list) => list.map((r, i) => [i ? ', ' : '', runLink(r.pipeline_run_id)]);
+    const sla = slaSeconds === null ? 'no SLA is set' : `SLA ${fmtSla(slaHours)}`;
+    append(box,
+      el('p', {class: 'small muted', 'data-testid': 'trend-summary'},
+        `The last ${runs.length} finished run${runs.length === 1 ? '' : 's'} (at most ${trend.limit || TREND_RUNS}): `,
+        `${failed.length} failed, ${breached.length} breached the SLA (${sla}). Click a point to open its run.`),
+      failed.length ? el('p', {class: 'small', 'data-testid': 'trend-failed'}, 'Failed: ', runLinks(failed)) : null,
+      breached.length ? el('p', {class: 'small', 'data-testid': 'trend-breached'}, 'SLA breached: ', runLinks(breached)) : null);
+    return block;
+  }
+
+  // -- the run's timeline (plain SVG: one row per task run, a bar per attempt)
+
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value !== null && value !== undefined && value !== false) node.setAttribute(name, String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function ms(iso) {
+    if (!iso) return null;
+    const t = new Date(iso).getTime();
+    return Number.isNaN(t) ? null : t;
+  }
+
+  // Axis steps (ms) of the timeline: the first that gives at most ~8 ticks.
+  const STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400]
+    .map((s) => s * 1000);
+
+  function clock(t, step) {
+    const iso = new Date(t).toISOString();
+    if (step >= 86400000) return iso.slice(5, 10);
+    return step >= 60000 ? iso.slice(11, 16) : iso.slice(11, 19);
+  }
+
+  function statusClass(status) {
+    return `st-${(BADGE_COLOURS[String(status || '').toUpperCase()] || 'grey')}`;
+  }
+
+  // Rows of the timeline: the run, then each task run (a mapped task: one row per map index).
+  function timelineRows(run) {
+    const rows = [];
+    for (const t of Array.isArray(run.task_runs) ? run.task_runs : []) {
+      const attempts = Array.isArray(t.attempts) ? t.attempts : [];
+      const indexes = [...new Set(attempts.map((a) => (a.map_index === null || a.map_index === undefined ? null : a.map_index)))];
+      if (indexes.length <= 1) {
+        rows.push({key: t.task_code, label: t.task_code + (indexes[0] !== null && indexes[0] !== undefined ? ` [${indexes[0]}]` : ''), task: t, attempts});
+      } else {
+        for (const index of indexes) {
+          rows.push({key: t.task_code, label: `${t.task_code} [${index}]`, task: t,
+            attempts: attempts.filter((a) => (a.map_index ?? null) === index)});
+        }
+      }
+    }
+    return rows;
+  }
+
+  function timelineSection(run) {
+    const rows = timelineRows(run);
+    const box = el('div', {class: 'gantt', 'data-testid': 'gantt'});
+    const block = section('Timeline', box);
+    if (!rows.length) {
+      append(box, el('p', {class: 'muted', 'data-testid': 'gantt-empty'}, 'This run has no task run: nothing to draw.'));
+      return block;
+    }
+    const now = Date.now();
+    const gates = Array.isArray(run.gate_decisions) ? run.gate_decisions : [];
+    const live = run.status === 'IN-PROGRESS';
+    const times = [ms(run.start_date), ms(run.end_date), ...gates.map((g) => ms(g.decided_at))];
+    for (const row of rows) {
+      for (const a of row.attempts) times.push(ms(a.started_at), ms(a.ended_at), ms(a.queued_at));
+    }
+    const known = times.filter((t) => t !== null);
+    if (!known.length) {
+      append(box, el('p', {class: 'muted', 'data-testid': 'gantt-empty'}, 'No attempt has a start time yet.'));
+      return block;
+    }
+    const t0 = Math.min(...known);
+    const t1 = Math.max(t0 + 1000, ...known, live ? now : t0);
+    const width = chartWidth();
+    const label = 190, right = 16, top = 26, rowH = 26, barH = 14;
+    const plotW = width - label - right;
+    const x = (t) => label + ((t - t0) / (t1 - t0)) * plotW;
+    const allRows = [{key: null, label: 'Run', run: true, attempts: []}, ...rows];
+    const height = top + allRows.length * rowH + 8;
+    const root = svg('svg', {width, height, viewBox: `0 0 ${width} ${height}`, role: 'img',
+      'aria-label': `Timeline of run ${run.pipeline_run_id}: a bar per attempt`, 'data-testid': 'gantt-svg'});
+
+    // Time axis: gridlines and UTC clock labels.
+    const step = STEPS.find((s) => (t1 - t0) / s <= 8) || STEPS[STEPS.length - 1];
+    for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
+      append(root,
+        svg('line', {class: 'grid', x1: x(t), x2: x(t), y1: top - 4, y2: height - 8}),
+        svg('text', {class: 'tick', x: x(t), y: top - 10, 'text-anchor': 'middle'}, clock(t, step)));
+    }
+    append(root, svg('text', {class: 'tick', x: 4, y: top - 10}, 'UTC'));
+
+    allRows.forEach((row, n) => {
+      const y = top + n * rowH;
+      const mid = y + rowH / 2;
+      const g = svg('g', {class: 'row', 'data-row': row.run ? 'run' : row.label});
+      append(root, g);
+      if (n % 2) append(g, svg('rect', {class: 'stripe', x: 0, y, width, height: rowH}));
+      append(g, svg('text', {class: 'row-label', x: 4, y: mid + 4}, row.label));
+      if (row.run) {
+        const start = ms(run.start_date), end = ms(run.end_date) ?? (live ? now : null);
+        if (start !== null) {
+          append(g, svg('rect', {class: `run-bar ${statusClass(run.status)}`, x: x(start), y: mid - 4,
+            width: Math.max(2, x(end ?? start) - x(start)), height: 8, rx: 2},
+          svg('title', null, `Run ${run.pipeline_run_id}: ${run.status}, ${fmtTime(run.start_date)} – ${fmtTime(run.end_date)}`)));
+        }
+      }
+      const attempts = [...row.attempts].sort((a, b) => a.attempt_number - b.attempt_number);
+      if (!row.run && !attempts.length) {
+        append(g, svg('text', {class: 'no-attempt', x: label + 4, y: mid + 4}, `${text(row.task.status)}: no attempt`));
+      }
+      // Before the first attempt the task waited (upstream tasks, its gate, a free worker): not recorded
+      // apart, so drawn as one faint track from the run's start.
+      const first = attempts.length ? ms(attempts[0].started_at) : null;
+      const runStart = ms(run.start_date);
+      if (first !== null && runStart !== null && first > runStart) {
+        append(g, svg('line', {class: 'wait', x1: x(runStart), x2: x(first), y1: mid, y2: mid},
+          svg('title', null, `${row.label}: no attempt yet for ${fmtDuration((first - runStart) / 1000)} ` +
+            '(waiting for upstream tasks, its gate or a worker)')));
+      }
+      attempts.forEach((a, i) => {
+        const start = ms(a.started_at);
+        if (start === null) return;
+        const queued = ms(a.queued_at);
+        const parkedNow = a.status === 'QUEUED' && queued !== null;
+        const end = parkedNow ? queued : (ms(a.ended_at) ?? now);
+        const prev = i ? attempts[i - 1] : null;
+        const prevEnd = prev ? ms(prev.ended_at) : null;
+        if (prevEnd !== null && start >= prevEnd) {
+          append(g, svg('line', {class: 'retry', x1: x(prevEnd), x2: x(start), y1: mid, y2: mid, 'data-testid': 'gantt-retry'},
+            svg('title', null, `Retry: attempt ${a.attempt_number} started ${fmtDuration((start - prevEnd) / 1000)} after attempt ${prev.attempt_number} ended`)));
+        }
+        const w = Math.max(2, x(end) - x(start));
+        const words = `Attempt ${a.attempt_number}${a.map_index !== null && a.map_index !== undefined ? ` (map index ${a.map_index})` : ''}: ` +
+          `${a.status}, ${fmtTime(a.started_at)} – ${a.ended_at ? fmtTime(a.ended_at) : 'not ended'} ` +
+          `(${fmtDuration((end - start) / 1000)})${a.error_message ? `\n${a.error_message}` : ''}`;
+        append(g, svg('rect', {class: `attempt ${statusClass(a.status)}${a.ended_at || parkedNow ? '' : ' open'}`,
+          x: x(start), y: mid - barH / 2, width: w, height: barH, rx: 2,
+          'data-testid': 'gantt-attempt', 'data-status': a.status, 'data-attempt': a.attempt_number},
+        svg('title', null, words)));
+        if (w > 26) append(g, svg('text', {class: 'bar-label', x: x(start) + 4, y: mid + 4}, `#${a.attempt_number}`));
+        if (parkedNow) {
+          append(g, svg('rect', {class: 'parked', x: x(queued), y: mid - barH / 2, width: Math.max(2, x(live ? now : t1) - x(queued)),
+            height: barH, 'data-testid': 'gantt-parked'},
+          svg('title', null, `Parked since ${fmtTime(a.queued_at)}: Airflow rescheduled or deferred the try, no worker runs it`)));
+        } else if (queued !== null) {
+          append(g, svg('line', {class: 'parked-mark', x1: x(queued), x2: x(queued), y1: mid - barH / 2 - 3, y2: mid + barH / 2 + 3,
+            'data-testid': 'gantt-parked'},
+          svg('title', null, `Last parked at ${fmtTime(a.queued_at)} (rescheduled or deferred), taken over again later`)));
+        }
+      });
+      // Gate decisions of this task (the run row: the pipeline's own dependencies).
+      for (const d of gates.filter((d) => (row.run ? !d.task_code : d.task_code === row.key))) {
+        const at = ms(d.decided_at);
+        if (at === null) continue;
+        const cx = x(at), r = 6;
+        append(g, svg('path', {class: `gate ${statusClass(d.result)}`, 'data-testid': 'gantt-gate', 'data-result': d.result,
+          d: `M${cx} ${mid - r} L${cx + r} ${mid} L${cx} ${mid + r} L${cx - r} ${mid} Z`},
+        svg('title', null, `Gate ${d.result} at ${fmtTime(d.decided_at)}: ${gateSentence(d)}`)));
+      }
+    });
+    const key = (cls, words) => el('span', {class: 'key'}, el('span', {class: `swatch ${cls}`}), words);
+    append(box,
+      el('div', {class: 'gantt-scroll'}, root),
+      el('p', {class: 'gantt-legend small', 'data-testid': 'gantt-legend'},
+        key('st-green', 'success'), key('st-red', 'failed, timed out, lost'), key('st-blue', 'running'),
+        key('st-grey', 'cancelled (a skip)'), key('parked', 'parked (rescheduled or deferred)'),
+        key('retry', 'retry gap'), key('wait', 'no attempt yet'), key('gate', 'gate decision'),
+        el('span', {class: 'muted'}, ' Hover a bar for its times and error.')));
+    return block;
   }
 
   // ------------------------------------------------------------------ start

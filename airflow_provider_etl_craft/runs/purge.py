@@ -90,6 +90,21 @@ _PROTECTED = (
     "UNION SELECT c.PIPELINE_RUN_ID FROM AUD_DEPENDENCY_CONSUMPTION c WHERE c.CONSUMPTION_ID IN "
     "(SELECT MAX(CONSUMPTION_ID) FROM AUD_DEPENDENCY_CONSUMPTION GROUP BY PIPELINE_DEPENDENCY_ID, TASK_DEPENDENCY_ID)"
 )
+#: Of the runs ``{ids}``, those :data:`_PROTECTED` names, asked run by run through indexes (the newest-run
+#: index, the consumption rows of the run), so a batch's re-check costs the same whatever the history: newest of
+#: its pipeline, newest finished non-backfill one, or either run of an edge's newest consumption.
+_PROTECTED_AMONG = (
+    "SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID IN {ids} AND ("
+    "NOT EXISTS (SELECT 1 FROM AUD_PIPELINES_RUN_LOG n WHERE n.PIPELINE_ID = r.PIPELINE_ID "
+    "AND n.PIPELINE_RUN_ID > r.PIPELINE_RUN_ID) "
+    "OR (r.BACKFILL = 'N' AND r.STATUS IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') AND NOT EXISTS (SELECT 1 "
+    "FROM AUD_PIPELINES_RUN_LOG n WHERE n.PIPELINE_ID = r.PIPELINE_ID AND n.PIPELINE_RUN_ID > r.PIPELINE_RUN_ID "
+    "AND n.BACKFILL = 'N' AND n.STATUS IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED'))) "
+    "OR EXISTS (SELECT 1 FROM AUD_DEPENDENCY_CONSUMPTION c WHERE (c.CONSUMED_PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
+    "OR c.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID) AND NOT EXISTS (SELECT 1 FROM AUD_DEPENDENCY_CONSUMPTION n "
+    "WHERE n.CONSUMPTION_ID > c.CONSUMPTION_ID AND (n.PIPELINE_DEPENDENCY_ID = c.PIPELINE_DEPENDENCY_ID "
+    "OR n.TASK_DEPENDENCY_ID = c.TASK_DEPENDENCY_ID))))"
+)
 #: (referring run, referred run) pairs across runs: a gate decision's selection, a consumption's consumed run.
 _REFERENCES = (
     "SELECT g.PIPELINE_RUN_ID, g.SELECTED_PIPELINE_RUN_ID FROM AUD_GATE_DECISIONS g "
@@ -269,9 +284,9 @@ class Purge:
         touched = sorted(referring | set(batch))
         changed = self._query(
             f"SELECT PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID IN {_in(touched)} AND "  # noqa: S608
-            f"(STATUS NOT IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') OR REPAIR_PENDING <> 'N' "
-            f"OR PIPELINE_RUN_ID IN ({_PROTECTED}))",
-            touched,
+            "(STATUS NOT IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') OR REPAIR_PENDING <> 'N') "
+            "UNION " + _PROTECTED_AMONG.format(ids=_in(touched)),
+            (*touched, *touched),
             cur,
         )
         if changed:

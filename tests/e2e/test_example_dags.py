@@ -98,7 +98,7 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
         ("ENGINE", "0003_claim_finish_functions.sql"),
         ("ENGINE", "0004_cfg_semantics.sql"),
         ("ENGINE", "0005_purge.sql"),
-        ("ENGINE", "0006_latest_run_index.sql"),
+        ("ENGINE", "0006_history_indexes.sql"),
         ("PROJECT", "0001_example_pipeline.sql"),
     ]
 

@@ -621,9 +621,9 @@ def test_an_engine_db_at_0002_is_migrated_to_0003_keeping_every_row(engine: Engi
         (FUNCTIONS_VERSION,),
         ("0004_cfg_semantics.sql",),
         ("0005_purge.sql",),
-        ("0006_latest_run_index.sql",),
+        ("0006_history_indexes.sql",),
     ]
-    assert latest_version(engine.hook().engine.name) == "0006_latest_run_index.sql"
+    assert latest_version(engine.hook().engine.name) == "0006_history_indexes.sql"
     if postgres:
         schema = engine.hook().engine_profile.schema
         functions = engine_functions(engine)

@@ -226,7 +226,7 @@ def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
         ("ENGINE", "0003_claim_finish_functions.sql"),
         ("ENGINE", "0004_cfg_semantics.sql"),
         ("ENGINE", "0005_purge.sql"),
-        ("ENGINE", "0006_latest_run_index.sql"),
+        ("ENGINE", "0006_history_indexes.sql"),
     ]
 
 

@@ -24,7 +24,7 @@ PENDING = (
     "0003_claim_finish_functions.sql",
     "0004_cfg_semantics.sql",
     "0005_purge.sql",
-    "0006_latest_run_index.sql",
+    "0006_history_indexes.sql",
 )
 LATEST = PENDING[-1]
 

@@ -1,8 +1,9 @@
-"""ENGINE 0006 (the latest-run index) upgrades Engine DBs at 0005 in place, on both dialects.
+"""ENGINE 0006 (the indexes that keep reads and the purge independent of history) upgrades Engine DBs at 0005
+in place, on both dialects.
 
-On the provider's own Engine DB the index is there since ENGINE 0001: the step changes nothing, every row is
-kept and the schema is a fresh init-db's. On an Engine DB that etl-craft made and the previous release adopted
-(up to ENGINE 0005), the step adds IX_AUD_PIPELINES_RUN_LOG_LATEST beside etl-craft's own indexes, so the
+On the provider's own Engine DB the latest-run index is there since ENGINE 0001 and the purge's reverse-reference
+indexes are added; every row is kept and the schema is a fresh init-db's. On an Engine DB that etl-craft made and
+the previous release adopted (up to ENGINE 0005), the step adds all of them beside etl-craft's own indexes, so the
 latest-runs query stops reading a pipeline's whole history; etl-craft's rows, ledger and ``migrate`` are
 untouched.
 """
@@ -22,7 +23,16 @@ from airflow_provider_etl_craft.engine.schema import (
 from airflow_provider_etl_craft.engine.shared import adoption_steps
 from airflow_provider_etl_craft.runs.queries import _LATEST_RUNS
 from tests.conftest import EngineSetup, engine_rows
-from tests.fixtures.etl_craft_made import build, counts, etl_craft_connection, run, shape
+from tests.fixtures.etl_craft_made import (
+    ADDED_INDEXES,
+    added_indexes,
+    build,
+    counts,
+    etl_craft_connection,
+    run,
+    shape,
+    without_added,
+)
 from tests.integration import test_engine_upgrade_0005 as at_0005_tests
 from tests.integration.test_engine_upgrade_0004 import TABLES, catalog, cli, engine_versions, everything
 from tests.integration.test_latest_runs_plan import _HISTORY
@@ -31,7 +41,7 @@ from tests.integration.test_shared_engine_db import etl_craft_migrate_accepts, l
 #: A second, empty Engine DB beside ``engine``.
 fresh = at_0005_tests.fresh
 
-NEW = "0006_latest_run_index.sql"
+NEW = "0006_history_indexes.sql"
 INDEX = "IX_AUD_PIPELINES_RUN_LOG_LATEST"
 
 
@@ -84,7 +94,7 @@ def plan(engine: EngineSetup) -> str:
 def test_an_own_engine_db_at_0005_is_upgraded_and_keeps_every_row(engine: EngineSetup, fresh: Any) -> None:
     at_0005(engine)
     hook = engine.hook()
-    assert has_index(engine)  # the provider's schema has had it since ENGINE 0001
+    assert has_index(engine)  # the provider's schema has had the latest-run index since ENGINE 0001
     before = everything(hook)
     status, out, err = cli(engine, "migrate")
     assert (status, err) == (0, "") and f"applied ENGINE {NEW}" in out
@@ -108,12 +118,8 @@ def test_an_adopted_etl_craft_engine_db_gains_the_index_and_nothing_else(engine:
     assert INDEX.lower() in plan(engine).lower()
     assert counts(engine) == rows and ledger(engine) == etl_craft_ledger
     now = shape(engine)
-    added = sorted(
-        set(now["AUD_PIPELINES_RUN_LOG"]["indexes"]) - set(tables["AUD_PIPELINES_RUN_LOG"]["indexes"])
-    )
-    assert [name.upper() for name in added] == [INDEX]
-    now["AUD_PIPELINES_RUN_LOG"]["indexes"] = tables["AUD_PIPELINES_RUN_LOG"]["indexes"]
-    assert now == tables  # every other column and index of etl-craft's as it was
+    assert added_indexes(tables, now) == ADDED_INDEXES
+    assert without_added(now) == tables  # every other column and index of etl-craft's as it was
     etl_craft_migrate_accepts(engine)
     status, out, _ = cli(engine, "check")
     assert status == 0 and "migrations: none pending" in out, out

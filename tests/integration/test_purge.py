@@ -328,6 +328,19 @@ def test_batches_are_sized_by_how_long_a_batch_takes(
     assert (result.counts["RUNS_DELETED"], result.batches) == (39, batches)
 
 
+def test_a_batch_asks_run_by_run_what_the_plan_reads_for_all_history(db: Db) -> None:
+    """The batch's re-check (indexes, per run) names exactly the runs the plan's whole-history query protects:
+    newest of a pipeline, newest finished non-backfill, both runs of an edge's newest consumption."""
+    history(db)
+    seed_old_runs(db, 5)
+    every = [int(r[0]) for r in db.records("SELECT PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG")]
+    protected = {int(r[0]) for r in db.records(purge_module._PROTECTED) if r[0] is not None}
+    among = purge_module._PROTECTED_AMONG.format(ids="(" + ", ".join("?" * len(every)) + ")")
+    found = {int(r[0]) for r in engine_rows(db.hook, among, tuple(every))}
+    assert db.records("SELECT COUNT(*) FROM AUD_DEPENDENCY_CONSUMPTION")[0][0] > 0
+    assert found == protected and len(found) >= 5
+
+
 def test_the_next_batch_size_follows_the_time_the_last_one_took() -> None:
     budget = purge_module.BATCH_BUDGET
     assert purge_module._next_size(100, 500, budget * 4) == 25  # four times too long: a quarter of the runs

@@ -23,16 +23,16 @@ from airflow_provider_etl_craft.errors import EngineDBError
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
 from tests.conftest import EngineSetup, engine_rows
 from tests.fixtures.etl_craft_made import (
+    ADDED_INDEXES,
     ETL_CRAFT_VERSIONS,
+    added_indexes,
     build,
     counts,
     etl_craft_connection,
     run,
     shape,
+    without_added,
 )
-
-#: What ENGINE 0006 adds to an adopted Engine DB's run table.
-LATEST_INDEX = "IX_AUD_PIPELINES_RUN_LOG_LATEST"
 
 
 @pytest.fixture
@@ -88,11 +88,8 @@ def test_init_db_adopts_an_etl_craft_engine_db_and_keeps_every_row(shared: Engin
     added = adopted["AUD_TASK_ATTEMPTS"]["columns"][len(tables["AUD_TASK_ATTEMPTS"]["columns"]) :]
     assert [c[0].upper() for c in added] == ["MAP_INDEX"]  # the one column adoption adds, at the end
     adopted["AUD_TASK_ATTEMPTS"]["columns"] = adopted["AUD_TASK_ATTEMPTS"]["columns"][: -len(added)]
-    runs = adopted["AUD_PIPELINES_RUN_LOG"]["indexes"]  # and the latest-run index (ENGINE 0006)
-    assert [i.upper() for i in sorted(set(runs) - set(tables["AUD_PIPELINES_RUN_LOG"]["indexes"]))] == [
-        LATEST_INDEX
-    ]
-    adopted["AUD_PIPELINES_RUN_LOG"]["indexes"] = [i for i in runs if i.upper() != LATEST_INDEX]
+    assert added_indexes(tables, adopted) == ADDED_INDEXES  # and ENGINE 0006's indexes
+    adopted = without_added(adopted)
     assert adopted == tables  # every other column, type, default and index of etl-craft's as it was
     provider = engine_rows(shared.hook(), f"SELECT VERSION FROM {PROVIDER_LEDGER} ORDER BY VERSION")
     assert [v for (v,) in provider] == [SCHEMA_VERSION, *packaged_versions(shared.dialect)]

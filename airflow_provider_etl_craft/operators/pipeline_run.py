@@ -82,8 +82,8 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         default_deferrable``): the triggerer wakes the claim within a second of the blocking run's end (a
         PostgreSQL notice; SQLite: its data version) rather than after ``poke_interval``, which becomes the
         interval of a look made anyway (for a blocking run whose DAG run ended without finishing it).
-        In reschedule mode ``poke_interval`` is at least ``[etl_craft] wait_hand_back_delay``; a deferred claim is never
-        handed back sooner than that after it deferred (docs/deferred-waits.md).
+        In reschedule mode ``poke_interval`` is at least ``[etl_craft] wait_hand_back_delay``; a deferred
+        claim is never handed back sooner than that after it deferred (docs/deferred-waits.md).
     """
 
     template_fields: Sequence[str] = ()

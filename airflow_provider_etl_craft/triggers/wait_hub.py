@@ -82,8 +82,8 @@ class WaitHub:
 
         ``ignore_task_ends``: a claim's wait, which ended task runs do not concern.
         """
-        waiter = _Waiter(pipeline_code, list(seen), asyncio.get_running_loop().create_future())
-        waiter.ignore_task_ends = ignore_task_ends
+        future = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(pipeline_code, list(seen), future, ignore_task_ends=ignore_task_ends)
         self.waiters.add(waiter)
         metrics.deferred_waits(held())
         self._fresh.append(waiter)

@@ -60,6 +60,11 @@ OPTIONS: dict[str, Option] = {
         Option("wait_poll_interval", "float", "2",
                "Seconds between two looks of a deferred claim or gate at the Engine DB when no change notice "
                "wakes it (a PostgreSQL Engine DB without LISTEN; SQLite looks when its data_version changes)."),
+        Option("wait_hand_back_delay", "float", "5",
+               "Seconds after a claim or gate defers (or is rescheduled) before it may run again, however soon "
+               "what it waits for happens: Airflow fails a try that resumes before its scheduler took in the "
+               "exit of the process that deferred it (docs/deferred-waits.md). Raise it when that takes longer "
+               "(a loaded scheduler, an executor that reports late)."),
         Option("wait_listen", "boolean", "True",
                "Whether deferred waits LISTEN for the change notices of a PostgreSQL Engine DB. Set False when "
                "it is reached through a transaction-mode pooler (PgBouncer pool_mode=transaction), which "

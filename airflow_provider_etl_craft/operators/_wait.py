@@ -6,6 +6,10 @@ within a second of the change it waits for instead of one poke interval later. T
 look that has to wait, read the wait's fingerprint, look once more (so a change between the two looks is
 seen), then defer with that fingerprint; the trigger fires once it differs. The task's deadline (its
 ``timeout``) travels with the deferral, since Airflow starts each resumed look afresh.
+
+Whatever the mode, a wait never hands the task back before Airflow's scheduler can have taken in the exit
+of the process that deferred or rescheduled it (:func:`hand_back_delay`): a try resumed earlier can be
+failed by that late executor event as a "state mismatch" (docs/deferred-waits.md).
 """
 
 from __future__ import annotations
@@ -29,6 +33,16 @@ def default_deferrable() -> bool:
     return bool(conf.getboolean("operators", "default_deferrable", fallback=False))
 
 
+def hand_back_delay() -> float:
+    """``[etl_craft] wait_hand_back_delay``: the least time between a deferral or reschedule and the next look."""
+    return max(float(setting("wait_hand_back_delay")), 0.0)
+
+
+def reschedule_interval(poke_interval: float) -> float:
+    """A reschedule's interval: ``poke_interval``, but never less than :func:`hand_back_delay`."""
+    return max(float(poke_interval), hand_back_delay())
+
+
 def seen_state(hook: EngineDBHook, pipeline_code: str) -> list[int]:
     """The fingerprint of ``pipeline_code``'s wait, on a connection of its own."""
     with hook.lifecycle() as lifecycle:
@@ -50,11 +64,14 @@ def defer(
     recheck_after: float,
     until: datetime,
     method_name: str,
+    claim: bool = False,
 ) -> None:
-    """Defer ``task`` until the wait's fingerprint differs from ``seen`` (or ``recheck_after``, or ``until``).
+    """Defer ``task`` until the wait's fingerprint differs from ``seen`` (or ``recheck_after``, or ``until``);
+    the trigger hands nothing back before :func:`hand_back_delay` from now.
 
     :param engine_db: the Airflow connection id of the Engine DB and its profile (None: the file's choice).
     :param method_name: receives ``event`` and ``deadline`` (the ISO deadline, to carry on).
+    :param claim: a claim's wait, which task runs ending inside the run it waits for do not wake.
     """
     # Imported here: every recorded task's process imports this module, few of them ever defer.
     from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
@@ -68,6 +85,8 @@ def defer(
         deadline=until.isoformat(),
         poll_interval=setting("wait_poll_interval"),
         listen=setting("wait_listen"),
+        ignore_task_ends=claim,
+        hold_until=(datetime.now(UTC) + timedelta(seconds=hand_back_delay())).isoformat(),
     )
     left = until - datetime.now(UTC)
     task.defer(

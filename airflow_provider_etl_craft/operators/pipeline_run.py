@@ -82,6 +82,8 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         default_deferrable``): the triggerer wakes the claim within a second of the blocking run's end (a
         PostgreSQL notice; SQLite: its data version) rather than after ``poke_interval``, which becomes the
         interval of a look made anyway (for a blocking run whose DAG run ended without finishing it).
+        In reschedule mode ``poke_interval`` is at least ``[etl_craft] wait_hand_back_delay``; a deferred
+        claim is never handed back sooner than that after it deferred (docs/deferred-waits.md).
     """
 
     template_fields: Sequence[str] = ()
@@ -107,9 +109,15 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     ) -> None:
         kwargs["retries"] = max(int(kwargs.get("retries") or 0), min_retries)
         kwargs.setdefault("retry_delay", DEFAULT_CLAIM_RETRY_DELAY)
+        mode = mode or setting("wait_mode")
+        interval = setting("claim_poke_interval") if poke_interval is None else poke_interval
+        if isinstance(interval, timedelta):
+            interval = interval.total_seconds()
+        if mode == "reschedule":  # never due before Airflow can have taken in the poke that asked for it
+            interval = _wait.reschedule_interval(interval)
         super().__init__(
-            mode=mode or setting("wait_mode"),
-            poke_interval=setting("claim_poke_interval") if poke_interval is None else poke_interval,
+            mode=mode,
+            poke_interval=interval,
             timeout=setting("claim_timeout") if timeout is None else timeout,
             **kwargs,
         )
@@ -167,6 +175,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             float(self.poke_interval),
             until,
             "execute_complete",
+            claim=True,
         )
         return None  # not reached: defer raises
 

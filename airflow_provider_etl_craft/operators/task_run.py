@@ -292,10 +292,9 @@ class RecordedTaskMixin(_MixinBase):
         waited = (now - first).total_seconds()
         if waited >= self.etl_craft_gate_timeout:
             raise self._etl_craft_gate_timeout(reason, waited)
-        self.log.info("etl-craft: %s; looking again in %.0fs", reason, self.etl_craft_gate_poke_interval)
-        raise _compat.airflow_exception("AirflowRescheduleException")(
-            now + timedelta(seconds=self.etl_craft_gate_poke_interval)
-        )
+        interval = _wait.reschedule_interval(self.etl_craft_gate_poke_interval)
+        self.log.info("etl-craft: %s; looking again in %.0fs", reason, interval)
+        raise _compat.airflow_exception("AirflowRescheduleException")(now + timedelta(seconds=interval))
 
     def _etl_craft_gate_timeout(self, reason: str, waited: float) -> Exception:
         return _compat.fail_exception()(

@@ -33,6 +33,10 @@ _WATCHED = (
 )
 
 
+#: Where a fingerprint counts the task runs ended inside IN-PROGRESS runs: what gates wait for, and claims
+#: do not (a claim waits for runs to end, pauses to lift and the newest run to move).
+ENDED_TASK_RUNS = 2
+
 #: Most pipeline ids one fingerprint read binds (far below SQLite's and PostgreSQL's parameter limits).
 READ_CHUNK = 500
 
@@ -94,6 +98,13 @@ class Watch:
     def state(self, conn: Connection) -> list[int]:
         """The fingerprint now (a JSON-friendly list; empty when the pipeline is not active)."""
         return fingerprints(self.engine, conn, [self.pipeline_ids])[0]
+
+
+def moved(state: list[int], seen: list[int], ignore_task_ends: bool = False) -> bool:
+    """Whether ``state`` differs from ``seen`` in what the wait cares for (``ignore_task_ends``: a claim's)."""
+    if ignore_task_ends and len(state) == len(seen) > ENDED_TASK_RUNS:
+        return any(a != b for i, (a, b) in enumerate(zip(state, seen, strict=True)) if i != ENDED_TASK_RUNS)
+    return state != seen
 
 
 def watch_state(engine: EngineDialect, conn: Connection, pipeline_code: str) -> list[int]:

@@ -11,7 +11,9 @@ transaction pooler (``listen=False``) it reads them every ``poll_interval``.
 It fires ``changed`` as soon as the fingerprint differs from the one the task read before it judged,
 ``recheck`` after ``recheck_after`` seconds (the task then looks at what only Airflow knows, such as a
 blocking run whose DAG run ended without finishing it), and ``timeout`` at ``deadline``. The task judges
-again in every case: the trigger only decides when.
+again in every case: the trigger only decides when. No event is handed back before ``hold_until``: a task
+resumed before Airflow's scheduler took in the exit of the process that deferred it can lose its try to a
+"state mismatch" (docs/deferred-waits.md), so a change seen right after the deferral waits out that moment.
 
 A lost connection (a PostgreSQL restart, a failover) is opened again with backoff, LISTEN included, and
 every fingerprint compared again, so nothing that happened meanwhile is missed. A triggerer restart
@@ -40,6 +42,9 @@ class EngineChangeTrigger(BaseTrigger):
     :param deadline: ISO time at which to fire ``timeout`` (None: never).
     :param poll_interval: seconds between two reads of the fingerprint without a notice.
     :param listen: LISTEN for notices (PostgreSQL without a transaction pooler).
+    :param ignore_task_ends: a claim's wait: task runs ending inside the run it waits for do not fire it.
+    :param hold_until: ISO time before which no event is handed back (None: none; a trigger serialized by an
+        earlier version has none).
     """
 
     def __init__(
@@ -53,6 +58,8 @@ class EngineChangeTrigger(BaseTrigger):
         deadline: str | None,
         poll_interval: float,
         listen: bool = True,
+        ignore_task_ends: bool = False,
+        hold_until: str | None = None,
     ) -> None:
         super().__init__()
         self.etl_craft_conn_id = etl_craft_conn_id
@@ -63,6 +70,8 @@ class EngineChangeTrigger(BaseTrigger):
         self.deadline = deadline
         self.poll_interval = float(poll_interval)
         self.listen = listen
+        self.ignore_task_ends = ignore_task_ends
+        self.hold_until = hold_until
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -76,6 +85,8 @@ class EngineChangeTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "poll_interval": self.poll_interval,
                 "listen": self.listen,
+                "ignore_task_ends": self.ignore_task_ends,
+                "hold_until": self.hold_until,
             },
         )
 
@@ -89,13 +100,24 @@ class EngineChangeTrigger(BaseTrigger):
         )
         if left > 0:
             try:
-                await asyncio.wait_for(hub.wait(self.pipeline_code, self.seen), timeout=left)
+                await asyncio.wait_for(
+                    hub.wait(self.pipeline_code, self.seen, self.ignore_task_ends), timeout=left
+                )
             except TimeoutError:
                 pass
             else:
+                await self._hold()
                 yield self._event("changed")
                 return
+        await self._hold()
         yield self._end(until)
+
+    async def _hold(self) -> None:
+        """Wait out ``hold_until``: Airflow must have taken in the deferral before the task resumes."""
+        if self.hold_until is not None:
+            left = _seconds_until(datetime.fromisoformat(self.hold_until))
+            if left > 0:
+                await asyncio.sleep(left)
 
     def _end(self, deadline: datetime | None) -> Any:
         return self._event("timeout" if deadline is not None and _seconds_until(deadline) <= 0 else "recheck")

@@ -36,7 +36,7 @@ from typing import Any
 from airflow_provider_etl_craft import metrics
 from airflow_provider_etl_craft.engine.dialects.base import SessionLost
 from airflow_provider_etl_craft.errors import EtlCraftError
-from airflow_provider_etl_craft.runs.changes import Watch, fingerprints
+from airflow_provider_etl_craft.runs.changes import Watch, fingerprints, moved
 from airflow_provider_etl_craft.runs.transition import first_line
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,8 @@ class _Waiter:
     done: asyncio.Future[bool]
     #: The pipelines it watches, read on the hub's current connection (None: not read yet).
     ids: frozenset[int] | None = None
+    #: A claim's wait: task runs ending inside the run it waits for do not wake it.
+    ignore_task_ends: bool = False
 
 
 @dataclass(eq=False)
@@ -75,9 +77,13 @@ class WaitHub:
     #: How many connections the hub has opened (tests read it).
     opened: int = 0
 
-    async def wait(self, pipeline_code: str, seen: list[int]) -> bool:
-        """Until the fingerprint of ``pipeline_code``'s wait differs from ``seen``: True (cancel to stop)."""
-        waiter = _Waiter(pipeline_code, list(seen), asyncio.get_running_loop().create_future())
+    async def wait(self, pipeline_code: str, seen: list[int], ignore_task_ends: bool = False) -> bool:
+        """Until the fingerprint of ``pipeline_code``'s wait differs from ``seen``: True (cancel to stop).
+
+        ``ignore_task_ends``: a claim's wait, which ended task runs do not concern.
+        """
+        future = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(pipeline_code, list(seen), future, ignore_task_ends=ignore_task_ends)
         self.waiters.add(waiter)
         metrics.deferred_waits(held())
         self._fresh.append(waiter)
@@ -222,7 +228,7 @@ class WaitHub:
             read_fingerprints, engine, conn, [w.ids or frozenset() for w in waiters]
         )
         for waiter, state in zip(waiters, states, strict=True):
-            if state != waiter.seen and not waiter.done.done():
+            if moved(state, waiter.seen, waiter.ignore_task_ends) and not waiter.done.done():
                 waiter.done.set_result(True)
 
 

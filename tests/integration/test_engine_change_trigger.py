@@ -279,3 +279,63 @@ def test_a_defect_in_the_shared_hub_fails_the_wait_instead_of_hanging_it(
     monkeypatch.setattr(wait_hub, "read_fingerprints", broken)
     with pytest.raises(ValueError, match="a defect in the hub"):
         Running(trigger(seen(waited))).result(30)
+
+
+# -- the hand-back hold and a claim's wait (docs/deferred-waits.md) -----------------------------------------
+
+
+class Timed(Running):
+    """A :class:`Running` that also notes when the first event came out of ``run()``."""
+
+    def __init__(self, trigger: EngineChangeTrigger) -> None:
+        self.at: datetime | None = None
+        super().__init__(trigger)
+
+    def _main(self, trigger: EngineChangeTrigger) -> None:
+        super()._main(trigger)
+        self.at = datetime.now(UTC)
+
+
+@pytest.mark.parametrize("status", ["changed", "recheck"])
+def test_an_event_right_after_the_deferral_is_held_until_airflow_can_have_taken_it_in(
+    waited: EngineSetup, status: str
+) -> None:
+    """The change already happened when the trigger starts (or the recheck is due at once): the event still
+    waits for ``hold_until``, so Airflow's scheduler takes in the deferring process's exit first."""
+    before = seen(waited)
+    if status == "changed":
+        finish(waited)
+    hold_until = datetime.now(UTC) + timedelta(seconds=2)
+    running = Timed(
+        trigger(
+            before, hold_until=hold_until.isoformat(), recheck_after=0.01 if status == "recheck" else NEVER
+        )
+    )
+    assert running.result(30)["status"] == status
+    assert running.at is not None and running.at >= hold_until
+
+
+def test_a_claims_wait_is_not_woken_by_task_runs_ending_inside_the_run_it_waits_for(
+    waited: EngineSetup,
+) -> None:
+    """A claim waits for the run to end; each task that ends inside it would otherwise wake the claim, which
+    looks, finds the run still IN-PROGRESS and defers again, right before the next change."""
+    running = Running(trigger(seen(waited), ignore_task_ends=True, recheck_after=6))
+    wait_until(lambda: listening(waited), 30, "the trigger to watch", interval=0.05)
+    identity = RunIdentity("holder", "run_1")
+    with waited.hook().lifecycle(lock_timeout=10) as lc:
+        lc.finish_task(lc.start_task(WAITED, "A", identity, 1), "SUCCESS")
+    assert running.result(30)["status"] == "recheck"
+    claim = Running(trigger(seen(waited), ignore_task_ends=True))
+    wait_until(lambda: listening(waited), 30, "the trigger to watch", interval=0.05)
+    finish(waited)
+    assert claim.result(30)["status"] == "changed"
+
+
+def test_a_trigger_serialized_before_the_hold_recreates_without_one() -> None:
+    """A triggerer of this version re-creates a deferral an earlier version serialized (no hold, no claim
+    flag): it fires as before."""
+    _, kwargs = trigger([1, 2, 3, 0, 4]).serialize()
+    older = {k: v for k, v in kwargs.items() if k not in ("hold_until", "ignore_task_ends")}
+    recreated = EngineChangeTrigger(**older)
+    assert recreated.hold_until is None and recreated.ignore_task_ends is False

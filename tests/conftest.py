@@ -14,6 +14,12 @@ import pytest
 from airflow_provider_etl_craft.auth import cache
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
+# A wait's hand-back delay guards against the executor-event race of a real scheduler (docs/deferred-waits.md).
+# dag.test() runs every task in its own process with no executor, so there is no event to race: the tests that
+# use it (here and in the subprocesses they start) wait without it. The deployment tier starts Airflow with
+# none of this process's AIRFLOW__ variables, so it runs with the default; tests of the delay set it themselves.
+os.environ.setdefault("AIRFLOW__ETL_CRAFT__WAIT_HAND_BACK_DELAY", "0")
+
 DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 #: For a test of the ``engine`` fixture whose point on each Airflow line does not depend on the engine: both
 #: engines in the full suite, SQLite alone in the smoke set (which CI runs once per older line).

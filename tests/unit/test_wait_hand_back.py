@@ -53,6 +53,7 @@ def test_a_claims_deferral_ignores_task_ends_and_a_gates_does_not() -> None:
 
 
 def test_a_rescheduled_claim_is_never_due_before_the_hand_back_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__ETL_CRAFT__WAIT_HAND_BACK_DELAY", raising=False)  # the default, 5 s
     assert ClaimPipelineRunOperator(task_id="c", pipeline_code="SALES", poke_interval=1).poke_interval == 5.0
     assert (
         ClaimPipelineRunOperator(task_id="c", pipeline_code="SALES", poke_interval=30).poke_interval == 30.0

@@ -134,7 +134,9 @@ def test_deferred_claims_lose_no_try_and_hand_off_as_fast_as_airflow(deployment:
 
 
 def test_rescheduled_claims_lose_no_try(deployment: AirflowDeployment) -> None:
-    found = run_all(deployment, "dep_race_resched", deferrable=False, poke=60)
+    """A short poke interval (10 s, twice the hand-back delay): the next poke is due soonest after the
+    reschedule, so a late executor event is likeliest to meet it, and the test takes a minute, not three."""
+    found = run_all(deployment, "dep_race_resched", deferrable=False, poke=10)
     assert found["states"] == ["success"]
     assert found["lost"] == []
     assert found["ordered"]

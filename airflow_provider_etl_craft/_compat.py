@@ -47,6 +47,7 @@ WHERE: dict[str, tuple[str, ...]] = {
     "TaskGroup": (_SDK,),
     "Variable": (_SDK,),
     "task_group": (_SDK,),
+    "BaseHook": (_SDK, "airflow.hooks.base"),
     # Triggers: core's module on every supported line.
     "BaseTrigger": ("airflow.triggers.base",),
     "TriggerEvent": ("airflow.triggers.base",),

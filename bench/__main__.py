@@ -18,6 +18,8 @@
    one, PostgreSQL and SQLite, side by side.
 8. Purge (:mod:`bench.purge`): ``etl-craft-airflow purge`` on that history — runs/s and attempts/s deleted —
    and the claim times of another process claiming beside it, against the same claims without a purge.
+9. A recorded task's own cost in its task process (:mod:`bench.task_cost`, in a subprocess): one cold try per
+   fresh interpreter, recorded vs plain, on SQLite and PostgreSQL Engine DBs.
 
 **One round trip** is one statement or transaction-control message sent to the database and waited for:
 with psycopg2 in autocommit mode (the provider's connections) every ``cursor.execute`` is one round trip —
@@ -60,6 +62,7 @@ PARTS = (
     "waits",
     "history",
     "purge",
+    "taskcost",
 )
 
 
@@ -104,6 +107,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--waits",
         type=int,
         help="part 6: deferred waits in one triggerer, 5 per pipeline (default 1000; quick 100)",
+    )
+    parser.add_argument(
+        "--task-repeats", type=int, help="part 9: cold tries of each task per Engine DB (default 7; quick 2)"
     )
     parser.add_argument(
         "--history-dialects",
@@ -167,6 +173,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.history_repeats = args.history_repeats or (3 if quick else 30)
     args.cli_repeats = args.cli_repeats or (2 if quick else 10)
     args.purge_baseline = args.purge_baseline or (1.0 if quick else 5.0)
+    args.task_repeats = args.task_repeats or (2 if quick else 7)
     return args
 
 
@@ -231,6 +238,25 @@ def run_history_parts(dialect: str, args: argparse.Namespace, workdir: Path, pg:
             if part not in args.skip:
                 results.setdefault(part, {}).setdefault(dialect, {"error": str(exc).splitlines()[0]})
         failures.append(f"parts 7-8 on {dialect}: {exc}")
+
+
+def run_task_cost_part(workdir: Path, repeats: int) -> dict[str, Any]:
+    """Part 9 in a fresh interpreter (it configures Airflow, then starts one interpreter per try)."""
+    folder = workdir / "task-cost"
+    folder.mkdir()
+    out, log_path = folder / "result.json", folder / "task-cost.log"
+    cmd = [sys.executable, "-m", "bench.task_cost", "--workdir", str(folder), "--out", str(out),
+           "--repeats", str(repeats)]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    with log_path.open("w") as sink:
+        done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    if done.returncode != 0 or not out.exists():
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"part 9 exited with {done.returncode}; last lines of its log:\n{tail}")
+    return dict(json.loads(out.read_text()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,6 +358,15 @@ def main(argv: list[str] | None = None) -> int:
             except RuntimeError as exc:
                 results["scheduler"] = {"error": str(exc).splitlines()[0]}
                 failures.append(str(exc))
+        if "taskcost" not in args.skip:
+            log(
+                f"part 9, task process: {args.task_repeats} cold tries of a plain and a recorded task per Engine DB"
+            )
+            try:
+                results["task_cost"] = run_task_cost_part(workdir, args.task_repeats)
+            except RuntimeError as exc:
+                results["task_cost"] = {"error": str(exc).splitlines()[0]}
+                failures.append(str(exc))
     finally:
         if pg is not None:
             pg.stop()
@@ -348,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = report.targets(results)
     results["took_s"] = time.perf_counter() - started
     text = report.render(results)
+    if results.get("task_cost") and "error" not in results["task_cost"]:
+        from bench.task_cost import render as render_task_cost
+
+        text += "\n\n" + render_task_cost(results["task_cost"])
     results["report"] = text
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_etl_craft.auth import cache
+from airflow_provider_etl_craft.engine import reuse
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
 # A wait's hand-back delay guards against the executor-event race of a real scheduler (docs/deferred-waits.md).
@@ -36,6 +37,14 @@ def _no_cached_credentials() -> Iterator[None]:
     cache.clear_all()
     yield
     cache.clear_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_engine_connection() -> Iterator[None]:
+    """Every test starts without the Engine DB connection an earlier recorded task kept in this process."""
+    reuse.close_all()
+    yield
+    reuse.close_all()
 
 
 @dataclass

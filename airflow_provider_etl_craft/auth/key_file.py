@@ -7,9 +7,6 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-
 from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.paths import checked_path
@@ -87,6 +84,10 @@ def _check_key(path: Path, passphrase: str | None, profile: ProfileView) -> None
             f"{where}: private key file {path} has group or world access ({mode:o}), which libpq refuses; chmod 600 "
             f"the file named by {profile.setting('key_file')} (or 640 owned by root)"
         )
+    # Here, not at module level: the auth registry is imported by every parse (the provider info).
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+
     data = path.read_bytes()
     encrypted = (
         b"ENCRYPTED" in data

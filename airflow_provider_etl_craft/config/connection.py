@@ -88,3 +88,9 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
         secret_values[PASSWORD_KEY] = conn.password
     literal = Resolver(SecretsSource("connection", lambda _name: None), conn_id, origin)
     return build_profile(conn_id, settings, literal, origin, f"connection '{conn_id}'", None, secret_values)
+
+
+def profile_for_conn_id(conn_id: str, profile: str | None = None) -> EngineProfile:
+    """The profile of the Airflow connection ``conn_id``, read as :class:`EngineDBHook` reads it, without the
+    hook: a recorded task's try resolves its Engine DB without importing common-sql (docs/performance.md)."""
+    return profile_from_connection(_compat.resolve("BaseHook").get_connection(conn_id), profile)

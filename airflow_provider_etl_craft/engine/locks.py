@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import filelock
-
 from airflow_provider_etl_craft.engine.dbapi import PgConnection
 from airflow_provider_etl_craft.errors import ConfigurationError, LockTimeoutError
 
@@ -48,6 +46,8 @@ def sqlite_lock_path(db_path: Path, name: str) -> Path:
 @contextmanager
 def file_lock(db_path: Path, name: str, timeout: float | None) -> Iterator[None]:
     """Hold an OS file lock (flock): the kernel releases it when the holder dies, even on ``kill -9``."""
+    import filelock  # here: only SQLite's named locks need it, and no DAG parse
+
     path = sqlite_lock_path(db_path, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(path), timeout=-1 if timeout is None else timeout, thread_local=False)

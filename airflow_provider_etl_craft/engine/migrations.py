@@ -6,8 +6,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlparse
-
 from airflow_provider_etl_craft.engine.actor import acting_as
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects import EngineDialect
@@ -57,6 +55,8 @@ def transaction_control(text: str) -> tuple[int, str] | None:
     ``RELEASE``/``START TRANSACTION``/``ABORT``, ``PREPARE TRANSACTION``, ``VACUUM``, ``ATTACH``/``DETACH``,
     and ``… CONCURRENTLY`` (index builds PostgreSQL runs only outside a transaction).
     """
+    import sqlparse  # here: only migrate reads migrations, and no DAG parse needs it
+
     offset = 0
     for statement in sqlparse.parse(text):
         source = str(statement)

@@ -15,11 +15,13 @@ failed by that late executor event as a "state mismatch" (docs/deferred-waits.md
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs.changes import watch_state
 from airflow_provider_etl_craft.settings import setting
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
 #: Airflow's own allowance past the trigger's deadline before it fails the deferral itself (the trigger
 #: fires ``timeout`` first, so the task can say what it waited for).

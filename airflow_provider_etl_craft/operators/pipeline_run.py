@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_etl_craft import _compat, metrics
 from airflow_provider_etl_craft._compat import (
@@ -17,17 +17,18 @@ from airflow_provider_etl_craft._compat import (
     BaseSensorOperator,
     PokeReturnValue,
 )
-from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators import _airflow_view, _wait
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
-from airflow_provider_etl_craft.runs.finish import run_duration
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
-from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 from airflow_provider_etl_craft.runs.records import RunRow
 from airflow_provider_etl_craft.settings import setting
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+    from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
 #: Retries a claim has at least, whatever the DAG's: a claim's retry is idempotent (it resumes its own run),
 #: and Airflow can fail a sensor that is up for reschedule on a late executor event (apache/airflow#71172).
@@ -53,6 +54,8 @@ class _PipelineOperatorMixin:
     profile: str | None
 
     def _hook(self) -> EngineDBHook:
+        from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+
         return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.profile)
 
 
@@ -362,6 +365,8 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
             outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states, lenient)
             duration = outcome.duration
             if duration is None and not outcome.already_ended and metrics.enabled():
+                from airflow_provider_etl_craft.runs.finish import run_duration
+
                 duration = run_duration(lifecycle.engine, lifecycle.conn, outcome.pipeline_run_id)
         if not outcome.already_ended:
             metrics.run_finished(self.pipeline_code, outcome.status, duration, outcome.sla_status)

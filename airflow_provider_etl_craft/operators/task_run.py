@@ -7,13 +7,16 @@
 Each Airflow try opens one ``AUD_TASK_ATTEMPTS`` row (attempt number = try number) on the task's single
 ``AUD_TASK_RUN_LOG`` row of the keyed run, runs the work, then records SUCCESS with counts or FAILED with
 the error (attempt and summary in one transaction) and re-raises, so Airflow's retries apply unchanged.
-The Engine DB connection is not held while the work runs: start and finish each use a short one.
+Start and end borrow the task process's one Engine DB connection (:mod:`~airflow_provider_etl_craft.engine.reuse`):
+idle in autocommit while the work runs, no transaction or session setting kept. Nothing heavy is imported
+at DAG parse: the hook, the transitions and the drivers load when a try runs (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,12 +25,10 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow_provider_etl_craft import _compat, metrics
 from airflow_provider_etl_craft._compat import AirflowSkipException, BaseOperator
 from airflow_provider_etl_craft.errors import EtlCraftError
-from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators import _airflow_view, _wait
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
 from airflow_provider_etl_craft.runs.counts import TaskCounts
-from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.records import AttemptHandle
 from airflow_provider_etl_craft.settings import setting
@@ -36,6 +37,11 @@ OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
 #: The method a try deferred at its gate resumes in (handled by the mixin, whatever the operator).
 GATE_RESUME = "_etl_craft_gate_resumed"
 CountsFunc = Callable[[Any], Any]
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+    from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
 if TYPE_CHECKING:
     # Type-checked as the operator it is mixed into (log, dag, task_id, execute…); a plain class at run time.
@@ -116,12 +122,29 @@ class RecordedTaskMixin(_MixinBase):
         self.etl_craft_deferrable = etl_craft_deferrable
         self._etl_craft_attempt: AttemptHandle | None = None
         self._etl_craft_killed = False
+        self._etl_craft_engine: EngineDialect | None = None
 
     def _etl_craft_hook(self) -> EngineDBHook:
+        from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+
         return EngineDBHook(
             etl_craft_conn_id=self.etl_craft_conn_id or setting("default_conn_id"),
             profile=self.etl_craft_profile,
         )
+
+    def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
+        """The run lifecycle on the process's Engine DB connection (the profile read once per try, as the
+        hook reads it, but without the hook: common-sql stays unimported)."""
+        from airflow_provider_etl_craft.config.connection import profile_for_conn_id
+        from airflow_provider_etl_craft.engine.reuse import engine_for
+        from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
+
+        if self._etl_craft_engine is None:
+            profile = profile_for_conn_id(
+                self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile
+            )
+            self._etl_craft_engine = engine_for(profile)
+        return lent_lifecycle(self._etl_craft_engine, self.etl_craft_lock_timeout)
 
     def execute(self, context: Any) -> Any:
         # A try that comes back after reschedules (a sensor's poke) takes over the attempt it parked.
@@ -175,16 +198,18 @@ class RecordedTaskMixin(_MixinBase):
                 identity.run_id,
             )
             return work()
+        from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
+
         ti = context["ti"]
         map_index = _map_index(ti)
-        hook = self._etl_craft_hook()
+        self._etl_craft_engine = None  # resolved again for each try
         deferrable = (
             _wait.default_deferrable() if self.etl_craft_deferrable is None else self.etl_craft_deferrable
         )
         seen: list[int] | None = None
         while True:
             try:
-                with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+                with airflow_outcome(), self._etl_craft_lifecycle() as lifecycle:
                     handle = lifecycle.start_task(
                         self.pipeline_code,
                         self.task_code,
@@ -216,7 +241,7 @@ class RecordedTaskMixin(_MixinBase):
                         until,
                         GATE_RESUME,
                     )
-                seen = _wait.seen_state(hook, self.pipeline_code)
+                seen = _wait.seen_state(self._etl_craft_hook(), self.pipeline_code)
         self._etl_craft_attempt = handle
         self.log.info(
             "etl-craft: %s attempt %d%s (ATTEMPT_ID %d) in pipeline run %d",
@@ -233,36 +258,34 @@ class RecordedTaskMixin(_MixinBase):
             )
         except BaseException as exc:
             if self._etl_craft_attempt is not None:  # else on_kill has recorded it CANCELLED already
-                self._etl_craft_record_exception(hook, handle, exc, context)
+                self._etl_craft_record_exception(handle, exc, context)
             raise
         with airflow_outcome():
-            self._record_end(hook, handle, "SUCCESS", counts=counts, context=context)
+            self._record_end(handle, "SUCCESS", counts=counts, context=context)
         self.log.info("etl-craft: %s SUCCESS %s", self.task_code, _format_counts(counts))
         return result
 
-    def _etl_craft_record_exception(
-        self, hook: EngineDBHook, handle: AttemptHandle, exc: BaseException, context: Any
-    ) -> None:
+    def _etl_craft_record_exception(self, handle: AttemptHandle, exc: BaseException, context: Any) -> None:
         """Record what an exception from the work means: Airflow's control-flow signals are not failures."""
         signal = _control_flow(exc)
         if signal == "PARK":
             self._etl_craft_attempt = None
             try:
-                with hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+                with self._etl_craft_lifecycle() as lifecycle:
                     lifecycle.park_task(handle, _park_note(exc))
                 metrics.attempt(self.pipeline_code or "", self.task_code or "", "PARKED")
             except EtlCraftError as err:
                 metrics.engine_error(err.status_name, err.retryable)
                 self.log.error("etl-craft: could not park %s's attempt: %s", self.task_code, err)
         elif signal == "SUCCESS":  # a branch or short-circuit operator skipping its downstream tasks
-            self._record_end(hook, handle, "SUCCESS", context=context, quiet=True)
+            self._record_end(handle, "SUCCESS", context=context, quiet=True)
         elif signal == "SKIPPED":
             self._record_end(
-                hook, handle, "SKIPPED", error=str(exc) or type(exc).__name__, context=context, quiet=True
+                handle, "SKIPPED", error=str(exc) or type(exc).__name__, context=context, quiet=True
             )
         else:
             status = "CANCELLED" if self._etl_craft_killed else _end_status(exc)
-            self._record_end(hook, handle, status, error=_describe(exc), context=context, quiet=True)
+            self._record_end(handle, status, error=_describe(exc), context=context, quiet=True)
 
     def _etl_craft_upstream_states(self, context: Any) -> Callable[[Sequence[str]], Mapping[str, str | None]]:
         """Airflow's state of same-pipeline upstream tasks (by task code) in this DAG run."""
@@ -305,7 +328,6 @@ class RecordedTaskMixin(_MixinBase):
 
     def _record_end(
         self,
-        hook: EngineDBHook,
         handle: AttemptHandle,
         status: str,
         counts: TaskCounts | None = None,
@@ -317,7 +339,7 @@ class RecordedTaskMixin(_MixinBase):
         self._etl_craft_attempt = None
         try:
             map_count = None if handle.map_index is None or context is None else _map_count(context)
-            with hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+            with self._etl_craft_lifecycle() as lifecycle:
                 lifecycle.finish_task(handle, status, counts, error, map_count)
             metrics.attempt(self.pipeline_code or "", self.task_code or "", status)
         except EtlCraftError as exc:
@@ -332,7 +354,6 @@ class RecordedTaskMixin(_MixinBase):
         handle = self._etl_craft_attempt
         if handle is not None:
             self._record_end(
-                self._etl_craft_hook(),
                 handle,
                 "CANCELLED",
                 error="cancelled: Airflow killed the task (on_kill)",

@@ -10,20 +10,23 @@ logic of its own and no Airflow imports.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import suppress
-from typing import Generic, TypeVar
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow_provider_etl_craft.engine.dbapi import Connection
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
-from airflow_provider_etl_craft.runs.attempts import EndAttempt, ParkAttempt
-from airflow_provider_etl_craft.runs.claim import Abandon, Claim
-from airflow_provider_etl_craft.runs.finish import FinishRun
 from airflow_provider_etl_craft.runs.gates import Gates
-from airflow_provider_etl_craft.runs.pauses import EndPause, OpenPause
-from airflow_provider_etl_craft.runs.start import StartAttempt
 from airflow_provider_etl_craft.runs.transition import Transition
 from airflow_provider_etl_craft.settings import OPTIONS
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.runs.attempts import EndAttempt, ParkAttempt
+    from airflow_provider_etl_craft.runs.claim import Abandon, Claim
+    from airflow_provider_etl_craft.runs.finish import FinishRun
+    from airflow_provider_etl_craft.runs.pauses import EndPause, OpenPause
+    from airflow_provider_etl_craft.runs.start import StartAttempt
 
 #: Seconds to wait for the ``pipeline:<code>`` lock before a retryable LOCK_TIMEOUT (``[etl_craft] lock_timeout``).
 DEFAULT_LOCK_TIMEOUT = float(OPTIONS["lock_timeout"].default)
@@ -33,10 +36,23 @@ _T = TypeVar("_T", bound=Transition)
 
 class _Bound(Generic[_T]):
     """A transition as an attribute of :class:`RunLifecycle`: bound to its connection on each access, so
-    ``lifecycle.claim(...)`` calls :meth:`Claim.__call__ <.claim.Claim.__call__>` (its signature and docs)."""
+    ``lifecycle.claim(...)`` calls :meth:`Claim.__call__ <.claim.Claim.__call__>` (its signature and docs).
 
-    def __init__(self, transition: type[_T]) -> None:
-        self.transition = transition
+    Named by module and class, imported on first access: a recorded task's process loads the start and the
+    end of an attempt, not the claim's graph checks or the finish (docs/performance.md).
+    """
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+        self._transition: type[_T] | None = None
+
+    @property
+    def transition(self) -> type[_T]:
+        if self._transition is None:
+            found: Any = getattr(importlib.import_module(f"{__package__}.{self.module}"), self.name)
+            self._transition = found
+        assert self._transition is not None
+        return self._transition
 
     def __get__(self, lifecycle: RunLifecycle, owner: type | None = None) -> _T:
         return self.transition(
@@ -79,11 +95,32 @@ class RunLifecycle:
         self.conn = self.reconnect_with(step)
         return self.conn
 
-    claim = _Bound(Claim)
-    close_abandoned = _Bound(Abandon)
-    pause = _Bound(OpenPause)
-    resume = _Bound(EndPause)
-    start_task = _Bound(StartAttempt)
-    park_task = _Bound(ParkAttempt)
-    finish_task = _Bound(EndAttempt)
-    finish_run = _Bound(FinishRun)
+    claim: _Bound[Claim] = _Bound("claim", "Claim")
+    close_abandoned: _Bound[Abandon] = _Bound("claim", "Abandon")
+    pause: _Bound[OpenPause] = _Bound("pauses", "OpenPause")
+    resume: _Bound[EndPause] = _Bound("pauses", "EndPause")
+    start_task: _Bound[StartAttempt] = _Bound("start", "StartAttempt")
+    park_task: _Bound[ParkAttempt] = _Bound("attempts", "ParkAttempt")
+    finish_task: _Bound[EndAttempt] = _Bound("attempts", "EndAttempt")
+    finish_run: _Bound[FinishRun] = _Bound("finish", "FinishRun")
+
+
+@contextmanager
+def lent_lifecycle(
+    engine: EngineDialect, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+) -> Iterator[RunLifecycle]:
+    """The run lifecycle on the process's one connection to ``engine``'s Engine DB
+    (:mod:`~airflow_provider_etl_craft.engine.reuse`): a recorded task's attempt starts and ends on one login.
+
+    As ``EngineDBHook.lifecycle``: driver errors leave typed, a lost session is replaced (and the replacement
+    kept for the next use), a step whose session is lost is sent once more on the new connection.
+    """
+    from airflow_provider_etl_craft.engine.reuse import borrowed
+
+    with engine.classified(), borrowed(engine) as loan:
+        lifecycle = RunLifecycle(engine, loan.conn, lock_timeout, engine.reconnect)
+        try:
+            with engine.classified(lifecycle.conn):
+                yield lifecycle
+        finally:
+            loan.conn = lifecycle.conn

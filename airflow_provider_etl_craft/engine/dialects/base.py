@@ -348,6 +348,11 @@ class EngineDialect(ABC, Generic[ConnT]):
         ``conn`` may be reused where the lock needs one (PostgreSQL then holds a session lock on it).
         """
 
+    def idle(self, conn: ConnT) -> bool:
+        """Whether ``conn`` is open, in autocommit and outside any transaction: safe to use again later
+        (:mod:`~airflow_provider_etl_craft.engine.reuse`). False by default: never reused."""
+        return False
+
     @abstractmethod
     def set_autocommit(self, conn: ConnT, autocommit: bool) -> None:
         """Switch ``conn`` between autocommit and driver-managed transactions (common-sql's ``run``)."""

@@ -30,8 +30,6 @@ from contextlib import contextmanager, suppress
 from functools import lru_cache
 from typing import Any, TypeVar
 
-import sqlparse
-
 from airflow_provider_etl_craft.engine import locks
 
 #: libpq's PQTRANS_IDLE, the value of psycopg2's and psycopg 3's ``connection.info.transaction_status``
@@ -57,6 +55,8 @@ def _one_statement(query: object) -> bool:
     text = query.decode() if isinstance(query, bytes) else query if isinstance(query, str) else None
     if text is None:  # a composed query: not inspected, not run twice
         return False
+    import sqlparse  # here: only a refused statement of the user's own SQL is split
+
     return len([s for s in sqlparse.split(text) if s.strip()]) == 1
 
 

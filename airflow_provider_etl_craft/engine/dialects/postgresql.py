@@ -86,6 +86,10 @@ POOLER_REFUSED_STARTUP = frozenset({"options"})
 CHANGE_CHANNEL = "etl_craft_changes"
 
 
+#: libpq's PQTRANS_IDLE: the session is outside any transaction (``connection.info.transaction_status``).
+_PQTRANS_IDLE = 0
+
+
 class PostgresDialect(EngineDialect[PgConnection]):
     name = "postgresql"
     placeholder = "%s"
@@ -711,6 +715,13 @@ class PostgresDialect(EngineDialect[PgConnection]):
         """
         locks.check_lock_name(name)
         return self._lock(name, timeout, conn)
+
+    def idle(self, conn: PgConnection) -> bool:
+        """Open, in autocommit, and libpq's transaction status idle (no transaction or error state open)."""
+        if conn.closed or not conn.autocommit:
+            return False
+        info: Any = getattr(conn, "info", None)  # psycopg2 and psycopg 3 both have connection.info
+        return info is not None and info.transaction_status == _PQTRANS_IDLE
 
     def set_autocommit(self, conn: PgConnection, autocommit: bool) -> None:
         conn.autocommit = autocommit

@@ -186,6 +186,12 @@ class SqliteDialect(EngineDialect[sqlite3.Connection]):
     ) -> AbstractContextManager[None]:
         return locks.file_lock(self.path, name, timeout)
 
+    def idle(self, conn: sqlite3.Connection) -> bool:
+        try:
+            return conn.isolation_level is None and not conn.in_transaction
+        except sqlite3.ProgrammingError:  # closed
+            return False
+
     def set_autocommit(self, conn: sqlite3.Connection, autocommit: bool) -> None:
         # Python's sqlite3 opens its implicit transactions with this keyword: IMMEDIATE queues writers.
         conn.isolation_level = None if autocommit else "IMMEDIATE"

@@ -1,0 +1,315 @@
+"""Part 9: what recording costs inside one task process — a recorded vs a plain task, each in a fresh interpreter.
+
+Airflow runs every try in a process of its own, so what counts is one cold try: the DAG file's imports,
+then the work around the callable. Each measured try runs in a new interpreter (``python -m
+bench.task_cost --child``) that
+
+1. imports Airflow's Task SDK, then the DAG file, and times the DAG file alone (``import_ms``: what the
+   provider adds to a parse; the plain file imports nothing beyond Airflow);
+2. runs the DAG with ``dag.test()`` (the task in this same process) with the operator's ``execute`` timed
+   around the callable: ``before_ms`` from ``execute`` entry to the callable's start, ``after_ms`` from the
+   callable's end to ``execute``'s return.
+
+The plain DAG is one Airflow ``@task``; the recorded one is the same function as ``@etl_craft_task`` with
+``pipeline_code`` given (no claim or finish task in the DAG, so nothing warms the process before it): this
+parent process claims the Engine run before the child starts and finishes it afterwards. Both on a SQLite
+and a PostgreSQL Engine DB; ``repeats`` tries each, alternating; medians, and recorded minus plain.
+
+``python -m bench.task_cost --workdir DIR --out result.json [--repeats N] [--skip-postgresql]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINE_CODE = "BENCH_TASK"
+TASK_CODE = "T01"
+
+PLAIN_DAG = '''"""Benchmark: one plain @task."""
+import time
+from datetime import datetime
+
+from airflow.sdk import DAG, task
+
+TIMES = {}
+
+with DAG("bench_cost_plain", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         default_args={"retries": 0}) as dag:
+
+    @task(task_id="t01")
+    def step() -> int:
+        TIMES["callable_start"] = time.perf_counter()
+        TIMES["callable_end"] = time.perf_counter()
+        return 1
+
+    step()
+'''
+
+RECORDED_DAG = '''"""Benchmark: the same function, recorded by the provider."""
+import time
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_provider_etl_craft.decorators import etl_craft_task
+
+TIMES = {}
+
+with DAG("bench_cost_recorded", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         default_args={"retries": 0}) as dag:
+
+    @etl_craft_task(task_id="t01", pipeline_code="__PIPELINE__")
+    def step() -> int:
+        TIMES["callable_start"] = time.perf_counter()
+        TIMES["callable_end"] = time.perf_counter()
+        return 1
+
+    step()
+'''
+
+
+def _airflow_env(home: Path, engine_config: Path) -> dict[str, str]:
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        "AIRFLOW_CONN_ETL_CRAFT_DEFAULT": json.dumps(
+            {"conn_type": "etl_craft", "extra": {"config_path": str(engine_config)}}
+        ),
+    }
+
+
+# --------------------------------------------------------------------------- the child: one task process
+
+
+def child(dag_file: Path, logical_date: str) -> dict[str, Any]:
+    """One try in this fresh interpreter (see the module docstring); returns its timings."""
+    import importlib.util
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    started = time.perf_counter()
+    import airflow.sdk  # noqa: F401 - Airflow itself, timed apart from the DAG file
+
+    airflow_ms = (time.perf_counter() - started) * 1000
+    spec = importlib.util.spec_from_file_location(f"bench_cost_{dag_file.stem}", dag_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    started = time.perf_counter()
+    spec.loader.exec_module(module)
+    import_ms = (time.perf_counter() - started) * 1000
+
+    dag = module.dag
+    task = dag.get_task("t01")
+    cls = type(task)
+    execute = cls.execute
+    marks: dict[str, float] = {}
+
+    profile_to = os.environ.get("ETL_CRAFT_BENCH_PROFILE")  # a cProfile of execute, to see where time goes
+
+    def timed_execute(self: Any, context: Any) -> Any:
+        profiler = None
+        if profile_to:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        marks["execute_start"] = time.perf_counter()
+        try:
+            return execute(self, context)
+        finally:
+            marks["execute_end"] = time.perf_counter()
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(profile_to)
+
+    cls.execute = timed_execute
+    from airflow_provider_etl_craft.testing import run_dag_test
+
+    when = datetime.fromisoformat(logical_date)
+    run = run_dag_test(dag, logical_date=when, run_after=when)
+    state = str(getattr(run, "state", run))
+    times = module.TIMES
+    if not state.endswith("success") or len(marks) != 2 or len(times) != 2:
+        raise RuntimeError(f"{dag.dag_id} ended {state}; execute marks {marks}, callable marks {times}")
+    return {
+        "airflow_import_ms": airflow_ms,
+        "import_ms": import_ms,
+        "before_ms": (times["callable_start"] - marks["execute_start"]) * 1000,
+        "after_ms": (marks["execute_end"] - times["callable_end"]) * 1000,
+        "heavy_modules": sorted(
+            m
+            for m in ("sqlparse", "psycopg2", "psycopg", "filelock", "boto3", "requests")
+            if m in sys.modules
+        ),
+    }
+
+
+# --------------------------------------------------------------------------- the parent
+
+
+def _run_child(env: dict[str, str], dag_file: Path, logical_date: datetime) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.task_cost", "--child", str(dag_file), logical_date.isoformat()]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"the task process failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    return json.loads(lines[-1])
+
+
+def _summary(samples: list[dict[str, Any]]) -> dict[str, float]:
+    keys = ("import_ms", "before_ms", "after_ms")
+    out = {k: statistics.median(s[k] for s in samples) for k in keys}
+    out["around_ms"] = statistics.median(s["before_ms"] + s["after_ms"] for s in samples)
+    out["total_ms"] = statistics.median(s["import_ms"] + s["before_ms"] + s["after_ms"] for s in samples)
+    return out
+
+
+def measure_engine(
+    name: str, engine_config: Path, home: Path, dags: dict[str, Path], repeats: int, log: Any
+) -> dict[str, Any]:
+    """``repeats`` cold tries of each DAG (alternating) on the Engine DB of ``engine_config``."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.types import DagRunType
+
+    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+    from airflow_provider_etl_craft.runs.identity import RunIdentity
+
+    hook = EngineDBHook.from_config(engine_config)
+    env = {
+        **os.environ,
+        **_airflow_env(home, engine_config),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        # As an installed provider: bytecode cached (the warm-up writes it, outside the source tree).
+        "PYTHONPYCACHEPREFIX": str(home.parent / "pycache"),
+    }
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    samples: dict[str, list[dict[str, Any]]] = {"plain": [], "recorded": []}
+    base = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=1000 if name == "postgresql" else 0)
+    order = ("plain", "recorded")
+    for r in range(-1, repeats):  # r = -1: one warm-up of each (bytecode, the OS file cache), not counted
+        for kind in order if r % 2 == 0 else reversed(order):
+            logical_date = base + timedelta(days=r + 1, hours=0 if kind == "plain" else 12)
+            identity = None
+            if kind == "recorded":
+                run_id = DagRun.generate_run_id(
+                    run_type=DagRunType.MANUAL, logical_date=logical_date, run_after=logical_date
+                )
+                identity = RunIdentity("bench_cost_recorded", run_id, logical_date)
+                with hook.lifecycle() as lc:
+                    lc.claim(PIPELINE_CODE, identity)
+            sample = _run_child(env, dags[kind], logical_date)
+            if identity is not None:
+                with hook.lifecycle() as lc:
+                    finished = lc.finish_run(PIPELINE_CODE, identity, {TASK_CODE: "success"})
+                if finished.status != "SUCCESS":
+                    raise RuntimeError(f"run {identity.run_key} ended {finished.status}")
+            if r >= 0:
+                samples[kind].append(sample)
+    plain, recorded = _summary(samples["plain"]), _summary(samples["recorded"])
+    result = {
+        "plain": plain,
+        "recorded": recorded,
+        "extra_ms": {k: recorded[k] - plain[k] for k in plain},
+        "heavy_modules_in_recorded_task": samples["recorded"][-1]["heavy_modules"],
+        "samples": samples,
+    }
+    log(f"  {name}: recorded - plain = {result['extra_ms']['around_ms']:.1f} ms around the callable, "
+        f"{result['extra_ms']['import_ms']:.1f} ms importing the DAG file")  # fmt: skip
+    return result
+
+
+def measure(workdir: Path, repeats: int, postgresql: bool, log: Any = print) -> dict[str, Any]:
+    """Everything part 9 reports (see the module docstring)."""
+    home = workdir / "airflow-home"
+    (home / "dags").mkdir(parents=True, exist_ok=True)
+    sqlite_config = workdir / "sqlite" / "craft-connector.yml"
+    os.environ.update(_airflow_env(home, sqlite_config))
+    os.environ.pop("ETL_CRAFT_CONFIG", None)
+    from bench.engines import PgServer, init_engine, seed_pipelines, sqlite_engine
+
+    migrated = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    )
+    if migrated.returncode != 0:
+        raise RuntimeError(f"`airflow db migrate` failed:\n{migrated.stderr[-3000:]}")
+    dags = {
+        "plain": home / "dags" / "bench_cost_plain.py",
+        "recorded": home / "dags" / "bench_cost_recorded.py",
+    }
+    dags["plain"].write_text(PLAIN_DAG)
+    dags["recorded"].write_text(RECORDED_DAG.replace("__PIPELINE__", PIPELINE_CODE))
+
+    results: dict[str, Any] = {"repeats": repeats}
+    sqlite_config = sqlite_engine(workdir / "sqlite")
+    seed_pipelines(init_engine(sqlite_config), [(PIPELINE_CODE, (TASK_CODE,))])
+    results["sqlite"] = measure_engine("sqlite", sqlite_config, home, dags, repeats, log)
+    if postgresql:
+        pg = PgServer.start(workdir / "postgresql")
+        try:
+            seed_pipelines(init_engine(pg.config_path), [(PIPELINE_CODE, (TASK_CODE,))])
+            results["postgresql"] = measure_engine("postgresql", pg.config_path, home, dags, repeats, log)
+        finally:
+            pg.stop()
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    """The side-by-side table: median ms in the task process, plain vs recorded."""
+    lines = [
+        f"Part 9: one cold try per task process, median of {results['repeats']} (ms)",
+        f"{'Engine DB':<12}{'':<10}{'DAG import':>12}{'before call':>13}{'after call':>12}{'around':>10}",
+    ]
+    for engine in ("sqlite", "postgresql"):
+        part = results.get(engine)
+        if not part:
+            continue
+        for kind in ("plain", "recorded", "extra_ms"):
+            row = part[kind]
+            label = "extra" if kind == "extra_ms" else kind
+            lines.append(
+                f"{engine:<12}{label:<10}{row['import_ms']:>12.1f}{row['before_ms']:>13.1f}"
+                f"{row['after_ms']:>12.1f}{row['around_ms']:>10.1f}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        print(json.dumps(child(Path(argv[1]), argv[2])), flush=True)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-postgresql", action="store_true")
+    args = parser.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    results = measure(args.workdir.resolve(), args.repeats, not args.skip_postgresql)
+    print(render(results))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Typed errors: one class per SPEC §11 status, each knowing its CLI exit code and whether Airflow may retry."""
+"""Typed errors: one class per status of docs/errors.md, each knowing its CLI exit code and whether Airflow may retry."""
 
 from __future__ import annotations
 

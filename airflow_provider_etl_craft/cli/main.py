@@ -1,4 +1,4 @@
-"""``etl-craft-airflow``: init-db, migrate, check, validate, status and history outside Airflow; exit statuses per SPEC §11."""
+"""``etl-craft-airflow``: init-db, migrate, check, validate, status and history outside Airflow; exit statuses per docs/errors.md."""
 
 from __future__ import annotations
 

@@ -145,7 +145,7 @@ class EngineDBHook(DbApiHook):
     def lock(
         self, name: str, timeout: float | None = None, conn: Connection | None = None
     ) -> AbstractContextManager[None]:
-        """Hold the named cross-process Engine DB lock (SPEC §8) as a context manager.
+        """Hold the named cross-process Engine DB lock (docs/locks.md) as a context manager.
 
         :param timeout: seconds to wait (None: wait forever).
         :param conn: PostgreSQL connection to hold a session advisory lock on (needs a direct connection or a

@@ -1,4 +1,4 @@
-"""Claim and finish an etl-craft pipeline run around a DAG run's tasks (SPEC §9)."""
+"""Claim and finish an etl-craft pipeline run around a DAG run's tasks (docs/lifecycle.md)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     slot is held, for up to ``timeout``; when that run's own Airflow DAG run has already ended (or no longer
     exists), the run is closed as abandoned (CANCELLED, with a CANCEL intervention) and the claim proceeds.
     Runs started outside Airflow are never closed from here: the claim waits for them. A paused pipeline,
-    or pipeline dependencies that are not satisfied (SPEC §10), record the run SKIPPED and skip the DAG
+    or pipeline dependencies that are not satisfied (docs/gates.md), record the run SKIPPED and skip the DAG
     run; an upstream pipeline still IN-PROGRESS makes the claim wait the same way.
 
     :param pipeline_code: ``CFG_PIPELINES.PIPELINE_CODE``.

@@ -70,7 +70,7 @@ class RecordedTaskMixin(_MixinBase):
         ``[operators] default_deferrable``): the triggerer wakes the task within a second of the upstream's
         end or the pause's resume (a PostgreSQL notice; SQLite: its data version).
 
-    Before the work runs, the task's dependencies and run condition are judged (SPEC §10): unsatisfied
+    Before the work runs, the task's dependencies and run condition are judged (docs/gates.md): unsatisfied
     → the task run is recorded SKIPPED and the task skips; an upstream still IN-PROGRESS, or a paused
     pipeline → the task reschedules itself.
     """

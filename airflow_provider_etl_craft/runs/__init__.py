@@ -1,4 +1,4 @@
-"""The run lifecycle (SPEC §9): claim, task attempts and finish, shared by the operators and the CLI.
+"""The run lifecycle (docs/lifecycle.md): claim, task attempts and finish, shared by the operators and the CLI.
 
 The names below load on first use (PEP 562): a DAG file importing ``runs.identity`` or ``runs.counts`` does
 not import every transition with it (docs/performance.md).

@@ -1,4 +1,4 @@
-"""End a live attempt, or park it while Airflow reschedules or defers its try (SPEC §9 *Task attempts*)."""
+"""End a live attempt, or park it while Airflow reschedules or defers its try (docs/lifecycle.md, *Attempts*)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Claim a pipeline run for a DAG run, and close a run whose driver is gone (SPEC §9 *Claim*)."""
+"""Claim a pipeline run for a DAG run, and close a run whose driver is gone (docs/lifecycle.md, *Runs*)."""
 
 from __future__ import annotations
 

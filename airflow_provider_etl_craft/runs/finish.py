@@ -1,4 +1,4 @@
-"""End a pipeline run once Airflow is done with its tasks (SPEC §9 *Finish*)."""
+"""End a pipeline run once Airflow is done with its tasks (docs/lifecycle.md, *Runs*)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class FinishRun(Transition):
         map_states: Mapping[str, Mapping[int, str | None]] | None = None,
         not_deciding: Collection[str] = (),
     ) -> FinishOutcome:
-        """End the keyed run (SPEC §9 *Finish*), under the pipeline lock, in one transaction.
+        """End the keyed run (docs/lifecycle.md, *Runs*), under the pipeline lock, in one transaction.
 
         Finish runs once every task of the pipeline is done in Airflow (a teardown, ``all_done``), so no
         attempt Airflow still runs, reschedules or defers can be closed here.

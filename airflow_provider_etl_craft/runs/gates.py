@@ -1,4 +1,4 @@
-"""Dependencies and run conditions (SPEC §10): what a gate sees upstream, and what it decides.
+"""Dependencies and run conditions (docs/gates.md): what a gate sees upstream, and what it decides.
 
 A *gate* is the set of dependency edges in front of a pipeline run (``CFG_PIPELINE_DEPENDENCY``, judged
 at claim) or a task (``CFG_TASK_DEPENDENCY`` plus the task's run condition, judged when it starts).
@@ -120,7 +120,7 @@ class GateVerdict:
 
 
 def judge_status(dependency_type: str, status: str | None, rows_written: int | None) -> str:
-    """The truth table of SPEC §10 for one edge and one observed upstream status."""
+    """The truth table of docs/gates.md for one edge and one observed upstream status."""
     if status is None:
         return UNSATISFIED
     if status == "IN-PROGRESS":

@@ -1,4 +1,4 @@
-"""The run lifecycle (SPEC §9): the one front operators and the CLI call.
+"""The run lifecycle (docs/lifecycle.md): the one front operators and the CLI call.
 
 Every state change is one Engine DB transaction (or one statement), and the schema's unique indexes (one
 IN-PROGRESS run per pipeline, one task-run row per task and run, one live attempt per task run) are the

@@ -1,4 +1,4 @@
-"""Pause a pipeline and end its pause (``AUD_PIPELINE_PAUSES``; SPEC §10 *Pauses*)."""
+"""Pause a pipeline and end its pause (``AUD_PIPELINE_PAUSES``; docs/gates.md, *Waiting and pauses*)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Open a task try's attempt (SPEC §9 *Task attempts*): judge its dependencies, close a dead try's attempt,
+"""Open a task try's attempt (docs/lifecycle.md, *Attempts*): judge its dependencies, close a dead try's attempt,
 reopen a run a cleared task belongs to, and take over an attempt parked by a reschedule or deferral."""
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class StartAttempt(Transition):
         Finds or creates the task's single ``AUD_TASK_RUN_LOG`` row; a live attempt of an earlier try
         (its worker died, Airflow moved on) is closed LOST first; a second live attempt of the same try
         is refused. A run that already ended (a task cleared in Airflow) is reopened first. The task's
-        dependencies and run condition are judged first (SPEC §10).
+        dependencies and run condition are judged first (docs/gates.md).
 
         :param upstream_states: Airflow's state of same-pipeline upstream tasks, by task code, for those
             that have no row in the run yet (without it such an upstream is waited for).
@@ -332,7 +332,7 @@ class StartAttempt(Transition):
         )
 
     def _judge(self, cur: Cursor, attempt: Try, context: _Context) -> GateVerdict | None:
-        """The pause and the task's dependencies (SPEC §10); None: the task has none.
+        """The pause and the task's dependencies (docs/gates.md); None: the task has none.
 
         :raises GateWaiting: the pipeline is paused, or an upstream is still IN-PROGRESS.
         """

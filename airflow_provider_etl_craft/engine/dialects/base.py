@@ -290,7 +290,7 @@ class EngineDialect(ABC, Generic[ConnT]):
     ) -> Iterator[Cursor]:
         """Open a write transaction on ``conn``; commit on success, roll back on error. Yields a cursor.
 
-        With ``lock``, the named cross-process lock (SPEC §8) is taken for exactly this transaction (a
+        With ``lock``, the named cross-process lock (docs/locks.md) is taken for exactly this transaction (a
         PostgreSQL advisory *transaction* lock, a lock file around ``BEGIN IMMEDIATE`` on SQLite), so it is
         released by the COMMIT or ROLLBACK, on the same server session, even behind a transaction pooler.
 
@@ -342,7 +342,7 @@ class EngineDialect(ABC, Generic[ConnT]):
     def lock(
         self, name: str, timeout: float | None, conn: ConnT | None = None
     ) -> AbstractContextManager[None]:
-        """Hold the named cross-process lock (SPEC §8) around code that is not one transaction.
+        """Hold the named cross-process lock (docs/locks.md) around code that is not one transaction.
 
         Prefer ``transaction(conn, lock=name)``, which ties the lock to the transaction that needs it.
         ``conn`` may be reused where the lock needs one (PostgreSQL then holds a session lock on it).

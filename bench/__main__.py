@@ -48,6 +48,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.isolated import run_isolated
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().with_name("results.json")
 BOOK_PIPELINE = "BENCH_BOOK"
@@ -193,21 +195,8 @@ def commit() -> str:
 
 def run_airflow_part(workdir: Path, tasks: int, repeats: int) -> dict[str, Any]:
     """Part 3 in a fresh interpreter (Airflow is configured before its first import there)."""
-    folder = workdir / "airflow"
-    folder.mkdir()
-    out, log_path = folder / "result.json", folder / "dag-test.log"
-    cmd = [sys.executable, "-m", "bench.airflow_overhead", "--workdir", str(folder), "--out", str(out),
-           "--tasks", str(tasks), "--repeats", str(repeats)]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    with log_path.open("w") as sink:
-        done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if done.returncode != 0 or not out.exists():
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-        raise RuntimeError(f"part 3 exited with {done.returncode}; last lines of its log:\n{tail}")
-    return json.loads(out.read_text())
+    return run_isolated("bench.airflow_overhead", workdir / "airflow", "dag-test.log", 3,
+                        "--tasks", str(tasks), "--repeats", str(repeats))  # fmt: skip
 
 
 def run_history_parts(dialect: str, args: argparse.Namespace, workdir: Path, pg: Any, results: dict[str, Any],
@@ -242,21 +231,9 @@ def run_history_parts(dialect: str, args: argparse.Namespace, workdir: Path, pg:
 
 def run_task_cost_part(workdir: Path, repeats: int) -> dict[str, Any]:
     """Part 9 in a fresh interpreter (it configures Airflow, then starts one interpreter per try)."""
-    folder = workdir / "task-cost"
-    folder.mkdir()
-    out, log_path = folder / "result.json", folder / "task-cost.log"
-    cmd = [sys.executable, "-m", "bench.task_cost", "--workdir", str(folder), "--out", str(out),
-           "--repeats", str(repeats)]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    with log_path.open("w") as sink:
-        done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if done.returncode != 0 or not out.exists():
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-        raise RuntimeError(f"part 9 exited with {done.returncode}; last lines of its log:\n{tail}")
-    return dict(json.loads(out.read_text()))
+    return run_isolated(
+        "bench.task_cost", workdir / "task-cost", "task-cost.log", 9, "--repeats", str(repeats)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import textwrap
 import time
@@ -512,21 +511,10 @@ def targets(result: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def run_part(workdir: Path, tasks: int, repeats: int, handoffs: int) -> dict[str, Any]:
     """Part 5 in a fresh interpreter; its log goes to ``workdir/scheduler/scheduler.log``."""
-    folder = workdir / "scheduler"
-    folder.mkdir()
-    out, log_path = folder / "result.json", folder / "scheduler.log"
-    cmd = [sys.executable, "-m", "bench.scheduler", "--workdir", str(folder), "--out", str(out),
-           "--tasks", str(tasks), "--repeats", str(repeats), "--handoffs", str(handoffs)]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    with log_path.open("w") as sink:
-        done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if done.returncode != 0 or not out.exists():
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
-        raise RuntimeError(f"part 5 exited with {done.returncode}; last lines of its log:\n{tail}")
-    return dict(json.loads(out.read_text()))
+    from bench.isolated import run_isolated
+
+    return run_isolated("bench.scheduler", workdir / "scheduler", "scheduler.log", 5,
+                        "--tasks", str(tasks), "--repeats", str(repeats), "--handoffs", str(handoffs))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

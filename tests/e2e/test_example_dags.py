@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_etl_craft.example_dags import demo
-from airflow_provider_etl_craft.testing import run_dag_test
+from airflow_provider_etl_craft.testing import check_dag_against_engine, run_dag_test
 from tests.conftest import EngineSetup, engine_rows
 from tests.fixtures.fix_airflow import dag_bag_class
 
@@ -100,6 +100,7 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
         ("ENGINE", "0005_purge.sql"),
         ("ENGINE", "0006_history_indexes.sql"),
         ("PROJECT", "0001_example_pipeline.sql"),
+        ("PROJECT", "0002_notify_failure_dependencies.sql"),
     ]
 
 
@@ -115,6 +116,7 @@ def test_the_example_pipeline_runs_end_to_end_on_each_engine(engine: EngineSetup
         "AIRFLOW_CONN_ETL_CRAFT_WAREHOUSE", json.dumps({"conn_type": "sqlite", "host": str(warehouse)})
     )
     dag = load_dag(airflow_db / "dags", EXAMPLES / "example_etl_craft_daily_sales.py")
+    assert check_dag_against_engine(dag) == []  # the DAG draws the edges its CFG_ rows declare
     run = run_dag_test(dag)
     assert run.state == "success"
     hook = engine.hook()

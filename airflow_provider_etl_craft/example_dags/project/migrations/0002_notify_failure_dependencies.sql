@@ -1,0 +1,13 @@
+-- NOTIFY_FAILURE runs when any of the pipeline's data tasks failed: one FAILURE dependency on each of them,
+-- and the run condition ANY (one failed upstream is enough). The DAG draws the same edges
+-- (trigger_rule="one_failed"), so testing.check_dag_against_engine finds the DAG and the Engine agree.
+INSERT INTO CFG_TASK_DEPENDENCY (PIPELINE_ID, TASK_ID, DEPENDS_ON_TASK_ID, DEPENDENCY_TYPE, CREATED_BY)
+SELECT p.PIPELINE_ID, t.TASK_ID, u.TASK_ID, 'FAILURE', 'migration'
+FROM CFG_PIPELINES p
+JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = 'NOTIFY_FAILURE'
+JOIN CFG_TASKS u ON u.PIPELINE_ID = p.PIPELINE_ID AND u.TASK_CODE IN ('EXTRACT_ORDERS', 'LOAD_ORDERS', 'BUILD_SALES_MART')
+WHERE p.PIPELINE_CODE = 'DAILY_SALES' AND p.ACTIVE_FLAG = 'Y';
+
+UPDATE CFG_TASKS SET RUN_CONDITION = 'ANY'
+WHERE TASK_CODE = 'NOTIFY_FAILURE'
+  AND PIPELINE_ID IN (SELECT PIPELINE_ID FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'DAILY_SALES' AND ACTIVE_FLAG = 'Y');

@@ -477,21 +477,22 @@ def render(results: dict[str, Any]) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-#: The README block ``python -m bench.report --readme README.md`` rewrites.
-README_BEGIN = "<!-- bench-report:begin (python -m bench.report --readme README.md) -->"
-README_END = "<!-- bench-report:end -->"
+#: The generated block of docs/benchmarks.md, which ``python -m bench.report --page docs/benchmarks.md`` rewrites.
+REPORT_PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+REPORT_BEGIN = "<!-- bench-report:begin (python -m bench.report --page docs/benchmarks.md) -->"
+REPORT_END = "<!-- bench-report:end -->"
 
 
-def readme_block(results: dict[str, Any]) -> str:
-    """The README's Performance figures from ``results``: the targets as a Markdown table, then the whole
-    printed report (so the README says exactly what ``bench/results.json`` holds)."""
+def page_block(results: dict[str, Any]) -> str:
+    """The Performance figures of docs/benchmarks.md from ``results``: the targets as a Markdown table, then
+    the whole printed report (so the page says exactly what ``bench/results.json`` holds)."""
     rows = "\n".join(
         f"| {t['target']} | {t['measured']} | {_met(t['met'])} |".replace("<=", "≤").replace(">=", "≥")
         for t in results.get("targets", [])
     )
     return "\n".join(
         [
-            README_BEGIN,
+            REPORT_BEGIN,
             f"Measured by `make bench` at commit {results.get('commit', 'unknown')} ({results['started']}, "
             f"{results['took_s']:.0f} s); `bench/results.json` holds it all.",
             "",
@@ -506,30 +507,32 @@ def readme_block(results: dict[str, Any]) -> str:
             "```",
             "",
             "</details>",
-            README_END,
+            REPORT_END,
         ]
     )
 
 
-def rewrite_readme(readme: Path, results: dict[str, Any]) -> None:
-    """Replace the block between :data:`README_BEGIN` and :data:`README_END` in ``readme``."""
-    text = readme.read_text(encoding="utf-8")
-    start, end = text.find(README_BEGIN), text.find(README_END)
+def rewrite_page(page: Path, results: dict[str, Any]) -> None:
+    """Replace the block between :data:`REPORT_BEGIN` and :data:`REPORT_END` in ``page``."""
+    text = page.read_text(encoding="utf-8")
+    start, end = text.find(REPORT_BEGIN), text.find(REPORT_END)
     if start < 0 or end < start:
-        raise SystemExit(f"{readme} has no {README_BEGIN} … {README_END} block")
-    readme.write_text(text[:start] + readme_block(results) + text[end + len(README_END) :], encoding="utf-8")
+        raise SystemExit(f"{page} has no {REPORT_BEGIN} … {REPORT_END} block")
+    page.write_text(text[:start] + page_block(results) + text[end + len(REPORT_END) :], encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.report [--results bench/results.json] [--readme README.md]``: print the report of a
-    results file, or rewrite the README's Performance block from it."""
+    """``python -m bench.report [--results bench/results.json] [--page docs/benchmarks.md]``: print the report
+    of a results file, or rewrite the generated block of the benchmarks page from it."""
     parser = argparse.ArgumentParser(prog="python -m bench.report", description=main.__doc__)
     parser.add_argument("--results", type=Path, default=Path(__file__).with_name("results.json"))
-    parser.add_argument("--readme", type=Path, help="rewrite this README's bench-report block")
+    parser.add_argument(
+        "--page", type=Path, help=f"rewrite this page's bench-report block (the docs' is {REPORT_PAGE.name})"
+    )
     args = parser.parse_args(argv)
     results = json.loads(args.results.read_text(encoding="utf-8"))
-    if args.readme:
-        rewrite_readme(args.readme, results)
+    if args.page:
+        rewrite_page(args.page, results)
     else:
         print(render(results))
     return 0

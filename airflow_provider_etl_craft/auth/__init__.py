@@ -1,7 +1,7 @@
 """Registry of PostgreSQL auth modes (``auth_mode`` in a profile), and the key lists derived from it.
 
 Each mode declares its keys once (:class:`Field`); the profile loader, the inline connection, the connection
-form and the README's table of modes are derived from :data:`AUTH_MODES`.
+form and the table of modes in docs/auth.md are derived from :data:`AUTH_MODES`.
 """
 
 from __future__ import annotations

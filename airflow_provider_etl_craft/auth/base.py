@@ -79,7 +79,7 @@ class AuthMode:
     """
 
     name: str
-    #: One line on what the mode sends, for the README's table of modes.
+    #: One line on what the mode sends, for the table of modes in docs/auth.md.
     summary: str = field(repr=False)
     fields: tuple[Field, ...] = field(default=(), repr=False)
     #: psycopg2, or psycopg (3) where libpq ≥ 18 is needed.

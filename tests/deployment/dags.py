@@ -89,7 +89,7 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 """
 )
 
-# The execution paths of README "Every Airflow execution path", under the real scheduler and triggerer.
+# The execution paths of docs/pipelines.md "Every Airflow execution path", under the real scheduler and triggerer.
 _PATHS_HEADER = (
     _HEADER
     + """

@@ -1,4 +1,4 @@
-"""README "Every Airflow execution path" under a real deployment: the triggerer resumes deferred tasks, the
+"""docs/pipelines.md "Every Airflow execution path" under a real deployment: the triggerer resumes deferred tasks, the
 scheduler reschedules sensors, times deferrals out and expands mapped tasks, and a task is marked success
 through the REST API while it runs. Each test asserts the exact AUD_ rows (PostgreSQL Engine DB).
 

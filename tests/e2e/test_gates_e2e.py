@@ -1,4 +1,4 @@
-"""Dependencies, run conditions and pauses under real Airflow: dag.test() on SQLite and PostgreSQL (SPEC §10)."""
+"""Dependencies, run conditions and pauses under real Airflow: dag.test() on SQLite and PostgreSQL (docs/gates.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The run lifecycle under real Airflow: dag.test() on SQLite and PostgreSQL Engine DBs (SPEC §9, issue 3)."""
+"""The run lifecycle under real Airflow: dag.test() on SQLite and PostgreSQL Engine DBs (docs/lifecycle.md, issue 3)."""
 
 from __future__ import annotations
 

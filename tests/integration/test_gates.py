@@ -1,4 +1,4 @@
-"""Dependencies, run conditions and pauses (SPEC §10) on real Engine DBs, both dialects.
+"""Dependencies, run conditions and pauses (docs/gates.md) on real Engine DBs, both dialects.
 
 The truth table runs every dependency type against every upstream state, for the three kinds of edge:
 pipeline → pipeline (judged at claim), cross-pipeline task edges and same-pipeline task edges (judged
@@ -27,8 +27,8 @@ from tests.conftest import EngineSetup, engine_rows
 TYPES = ("SUCCESS", "FAILURE", "ALWAYS", "HAS_DATA")
 STATES = ("NONE", "IN-PROGRESS", "SUCCESS_ROWS", "SUCCESS_NO_ROWS", "FAILED", "SKIPPED", "CANCELLED")
 
-#: The documented result of each dependency type per upstream state (README "Dependencies and run
-#: conditions"): run = the gate is satisfied, skip = unsatisfied (recorded SKIPPED), wait = reschedule.
+#: The documented result of each dependency type per upstream state (docs/gates.md, "Truth
+#: table"): run = the gate is satisfied, skip = unsatisfied (recorded SKIPPED), wait = reschedule.
 TRUTH = {
     "NONE":            {"SUCCESS": "skip", "FAILURE": "skip", "ALWAYS": "skip", "HAS_DATA": "skip"},
     "IN-PROGRESS":     {"SUCCESS": "wait", "FAILURE": "wait", "ALWAYS": "wait", "HAS_DATA": "wait"},

@@ -1,4 +1,4 @@
-"""The run lifecycle (SPEC §9) on real Engine DBs, both dialects: the exact AUD_ rows each step writes.
+"""The run lifecycle (docs/lifecycle.md) on real Engine DBs, both dialects: the exact AUD_ rows each step writes.
 
 Every test sets up the Engine DB with a project migration (written below into ``tmp_path``) and reads the
 rows back through the dialect (``tests.conftest.engine_rows``).

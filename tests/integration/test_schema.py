@@ -1,4 +1,4 @@
-"""The Engine DB schema enforces its own rules (SPEC §6), the same way on SQLite and PostgreSQL."""
+"""The Engine DB schema enforces its own rules (docs/schema.md), the same way on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ ACTIONS = ("MARK", "NEW_RUN", "CANCEL", "REOPEN", "RESET", "GATE_BYPASS", "IGNOR
 AUDIT = "CREATED_BY CREATE_DATE UPDATED_BY UPDATED_DATE"
 COUNTS = "SOURCE_COUNT TARGET_COUNT INSERT_COUNT UPDATE_COUNT DELETE_COUNT"
 
-# SPEC §6, table by table.
-SPEC_COLUMNS: dict[str, set[str]] = {
+# docs/schema.md, table by table.
+SCHEMA_COLUMNS: dict[str, set[str]] = {
     table: set(columns.split())
     for table, columns in {
         "CFG_PIPELINES": "PIPELINE_ID PIPELINE_CODE PIPELINE_NAME DESCRIPTION RUN_SCHEDULE SLA_IN_HOURS "
@@ -66,7 +66,7 @@ SPEC_COLUMNS: dict[str, set[str]] = {
     }.items()
 }
 
-# Every value list of SPEC §6, keyed by (table, column).
+# Every value list of docs/schema.md, keyed by (table, column).
 VALUE_LISTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("CFG_PIPELINES", "REFRESH_TYPE"): ("FULL", "INCREMENTAL"),
     ("CFG_PIPELINES", "ACTIVE_FLAG"): YES_NO,
@@ -883,7 +883,7 @@ def test_schema_file_can_run_inside_the_callers_transaction_and_schema(dialect: 
     assert not re.search(r"^\s*(BEGIN|START\s+TRANSACTION)\s*;", text, re.I | re.M)
     assert '"' not in text
     assert not re.search(r"\.\s*(CFG_|AUD_|SCHEMA_MIGRATIONS)", text, re.I)
-    assert set(re.findall(r"CREATE TABLE (\w+)", text)) == set(SPEC_COLUMNS) - {
+    assert set(re.findall(r"CREATE TABLE (\w+)", text)) == set(SCHEMA_COLUMNS) - {
         "AUD_ENGINE_PURGES"
     }  # ENGINE 0005
 
@@ -1030,8 +1030,8 @@ def test_both_schemas_declare_the_same_tables_columns_and_rules(tmp_path: Path, 
         pg_conn.close()
 
     expected_lists = {key: set(values) for key, values in VALUE_LISTS.items()}
-    assert dict(lite.columns) == SPEC_COLUMNS
-    assert dict(pg.columns) == SPEC_COLUMNS
+    assert dict(lite.columns) == SCHEMA_COLUMNS
+    assert dict(pg.columns) == SCHEMA_COLUMNS
     assert lite.value_lists == expected_lists
     assert pg.value_lists == expected_lists
     # SQLite checks PIPELINE_PARAMETERS with json_valid() and RUN_DATE with date(); PostgreSQL's JSONB and DATE
@@ -1050,7 +1050,7 @@ def test_both_schemas_declare_the_same_tables_columns_and_rules(tmp_path: Path, 
 
 
 def test_unique_rules_of_spec_are_declared(db: EngineDB) -> None:
-    """The rules SPEC §6 names are unique keys (their predicates are compared across dialects above)."""
+    """The rules docs/schema.md names are unique keys (their predicates are compared across dialects above)."""
     catalog = (
         sqlite_catalog(db.conn)
         if db.dialect == "sqlite"

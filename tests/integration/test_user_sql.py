@@ -1,6 +1,6 @@
 """SQL of the user's own through EngineDBHook finds the Engine tables, on SQLite and on PostgreSQL.
 
-The README's "Using the hook" examples run as written (read from README.md). On PostgreSQL the Engine
+The "Using the hook" examples of docs/hook.md run as written (read from that page). On PostgreSQL the Engine
 schema is first on the search path of each transaction the hook's cursors open, and nothing stays on the
 server session afterwards (docs/etl-craft-parity.md, "Your own SQL").
 """
@@ -26,7 +26,7 @@ from tests.conftest import EngineSetup, write_config
 from tests.fixtures.fix_pg import SSO_ROLE, PgCluster
 from tests.reliability.conftest import seed
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+HOOK_PAGE = Path(__file__).resolve().parents[2] / "docs" / "hook.md"
 ACTIVE = [("DAILY_SALES",), ("WEEKLY_STOCK",)]
 #: The session's search path as a fresh role's session has it (nothing set by anybody).
 DEFAULT_PATH = '"$user", public'
@@ -34,17 +34,16 @@ DEFAULT_PATH = '"$user", public'
 SCHEMA_FIRST = f'"etl_craft", {DEFAULT_PATH}'
 
 
-def readme_block(marker: str) -> str:
-    """The one ```python block of the README's "Using the hook" section that contains ``marker``."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("\n## Using the hook\n", 1)[1].split("\n## ", 1)[0]
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", section, re.S) if marker in b]
-    assert len(blocks) == 1, f"expected one README block with {marker!r}, found {len(blocks)}"
+def doc_block(marker: str) -> str:
+    """The one ```python block of docs/hook.md that contains ``marker``."""
+    text = HOOK_PAGE.read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if marker in b]
+    assert len(blocks) == 1, f"expected one docs/hook.md block with {marker!r}, found {len(blocks)}"
     return blocks[0]
 
 
-HOOK_EXAMPLE = readme_block("EngineDBHook(etl_craft_conn_id=")
-OPERATOR_EXAMPLE = readme_block("SQLExecuteQueryOperator(")
+HOOK_EXAMPLE = doc_block("EngineDBHook(etl_craft_conn_id=")
+OPERATOR_EXAMPLE = doc_block("SQLExecuteQueryOperator(")
 
 
 def run_example(code: str, namespace: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Any]]:
@@ -53,9 +52,9 @@ def run_example(code: str, namespace: dict[str, Any] | None = None) -> tuple[dic
     values: list[Any] = []
     for node in ast.parse(code).body:
         if isinstance(node, ast.Expr):
-            values.append(eval(compile(ast.Expression(node.value), "README.md", "eval"), namespace))  # noqa: S307
+            values.append(eval(compile(ast.Expression(node.value), "docs/hook.md", "eval"), namespace))  # noqa: S307
         else:
-            exec(compile(ast.Module([node], []), "README.md", "exec"), namespace)  # noqa: S102
+            exec(compile(ast.Module([node], []), "docs/hook.md", "exec"), namespace)  # noqa: S102
     return namespace, values
 
 
@@ -75,7 +74,7 @@ def as_default_connection(monkeypatch: pytest.MonkeyPatch, setup: EngineSetup) -
 
 
 def hook_example(monkeypatch: pytest.MonkeyPatch, setup: EngineSetup) -> list[Any]:
-    """The README's hook example on ``etl_craft_default``: the value of its ``get_records`` line."""
+    """The docs' hook example on ``etl_craft_default``: the value of its ``get_records`` line."""
     as_default_connection(monkeypatch, setup)
     _, values = run_example(HOOK_EXAMPLE)
     assert len(values) == 1, values  # the get_records line is the example's only bare expression
@@ -87,12 +86,12 @@ import textwrap
 from airflow_provider_etl_craft._compat import DAG
 
 with DAG("etl_craft_user_sql", schedule=None, catchup=False) as dag:
-    exec(EXAMPLE)  # the README block, as written
+    exec(EXAMPLE)  # the docs/hook.md block, as written
 """
 
 
 def operator_example(monkeypatch: pytest.MonkeyPatch, setup: EngineSetup, dags_folder: Path) -> Any:
-    """The README's SQLExecuteQueryOperator example in a DAG file, under dag.test(): the task's XCom."""
+    """The docs' SQLExecuteQueryOperator example in a DAG file, under dag.test(): the task's XCom."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -117,10 +116,10 @@ def operator_example(monkeypatch: pytest.MonkeyPatch, setup: EngineSetup, dags_f
     return deserialize(json.loads(value) if isinstance(value, (str, bytes)) else value)
 
 
-# -- the README, as written -----------------------------------------------------------------------------------
+# -- docs/hook.md, as written --------------------------------------------------------------------------------
 
 
-def test_readme_examples_are_the_ones_run_here() -> None:
+def test_docs_examples_are_the_ones_run_here() -> None:
     """The tests below run these very lines: the blocks are found, and say what the tests expect of them."""
     assert (
         "hook.get_records(\"SELECT PIPELINE_CODE FROM CFG_PIPELINES WHERE ACTIVE_FLAG = 'Y'\")"
@@ -129,12 +128,12 @@ def test_readme_examples_are_the_ones_run_here() -> None:
     assert 'conn_id="etl_craft_default"' in OPERATOR_EXAMPLE and "FROM CFG_PIPELINES" in OPERATOR_EXAMPLE
 
 
-def test_readme_hook_example_reads_the_engine_tables(engine: EngineSetup, monkeypatch) -> None:
+def test_docs_hook_example_reads_the_engine_tables(engine: EngineSetup, monkeypatch) -> None:
     assert hook_example(monkeypatch, seeded(engine)) == ACTIVE
 
 
 @pytest.mark.e2e
-def test_readme_sql_execute_query_operator_example_reads_the_engine_tables(
+def test_docs_sql_execute_query_operator_example_reads_the_engine_tables(
     engine: EngineSetup, airflow_db: Path, monkeypatch
 ) -> None:
     rows = operator_example(monkeypatch, seeded(engine), airflow_db / "dags")

@@ -1,4 +1,4 @@
-"""SQL of the user's own through EngineDBHook, behind PgBouncer: the README's examples as written, and
+"""SQL of the user's own through EngineDBHook, behind PgBouncer: the examples of docs/hook.md as written, and
 nothing of the Engine schema left on the pooled server connection after the user's transaction.
 
 The proof of the second uses a PgBouncer of its own in transaction mode with one server connection per
@@ -57,10 +57,10 @@ def second_client(bouncer: PgBouncer, database: PgDatabase) -> tuple[Any, ...]:
     return tuple(row)
 
 
-# -- the README's examples through PgBouncer (transaction and session mode) -----------------------------------
+# -- docs/hook.md's examples through PgBouncer (transaction and session mode) -----------------------------------
 
 
-def test_readme_hook_example_through_the_pooler(
+def test_docs_hook_example_through_the_pooler(
     pooled_engine: EngineSetup, pooler: PgBouncer, monkeypatch
 ) -> None:
     setup = seeded(pooled_engine)
@@ -70,7 +70,7 @@ def test_readme_hook_example_through_the_pooler(
 
 
 @pytest.mark.e2e
-def test_readme_sql_execute_query_operator_example_through_the_pooler(
+def test_docs_sql_execute_query_operator_example_through_the_pooler(
     pooled_engine: EngineSetup, pooler: PgBouncer, airflow_db: Path, monkeypatch
 ) -> None:
     setup = seeded(pooled_engine)
@@ -94,7 +94,7 @@ def test_the_pooled_server_connection_keeps_no_schema_after_the_users_transactio
     server, before = second_client(bouncer, pg_database)
     assert before == DEFAULT_PATH
 
-    assert hook_example(monkeypatch, setup) == ACTIVE  # the README's lines, through this PgBouncer
+    assert hook_example(monkeypatch, setup) == ACTIVE  # the docs' lines, through this PgBouncer
     assert second_client(bouncer, pg_database) == (server, DEFAULT_PATH)
 
     hook = EngineDBHook.from_config(config)

@@ -1,4 +1,5 @@
-"""Hostile input is refused before it reaches the Engine DB, or stored as harmless text (SPEC §6 codes, §11).
+"""Hostile input is refused before it reaches the Engine DB, or stored as harmless text (codes: docs/schema.md,
+errors: docs/errors.md).
 
 - pipeline and task codes carrying quotes and SQL are refused by ``check_code`` and by every operator at DAG
   parse time (no connection is opened), and by the lifecycle and the schema's CHECKs if they get that far;
@@ -51,7 +52,7 @@ HOSTILE_CODES = [
     "A.B",
     "BAD\udcff",
 ]
-#: Characters a lock name cannot hold (SPEC §8 lock names come from codes).
+#: Characters a lock name cannot hold (docs/locks.md: lock names come from codes).
 LOCK_NAME_CHARS = re.compile(r"[^A-Za-z0-9_:.\-]")
 PARSE_TIME = datetime(2026, 1, 1)
 

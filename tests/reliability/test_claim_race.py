@@ -1,4 +1,5 @@
-"""Sixteen worker processes race to claim runs of one pipeline (SPEC §6 one IN-PROGRESS run, §8 locks, §9 claim).
+"""Sixteen worker processes race to claim runs of one pipeline (one IN-PROGRESS run:
+docs/schema.md; locks: docs/locks.md; the claim: docs/lifecycle.md).
 
 Each worker claims ``ROUNDS`` runs with run keys of its own, retrying while BLOCKED (another run holds the
 pipeline) or refused (LOCK_TIMEOUT / STALE_TRANSITION, which Airflow retries), then runs the task and

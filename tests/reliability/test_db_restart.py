@@ -1,4 +1,5 @@
-"""The PostgreSQL Engine DB restarts between two tasks of a running pipeline run (SPEC §9, §11).
+"""The PostgreSQL Engine DB restarts between two tasks of a running pipeline run (docs/lifecycle.md,
+docs/errors.md).
 
 Each task opens a short connection of its own, so the task after the restart reconnects; while the server is
 down the connection fails with the retryable EngineUnreachableError, and Airflow's ordinary retry takes the

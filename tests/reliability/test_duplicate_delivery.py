@@ -1,4 +1,4 @@
-"""Duplicate delivery (SPEC §9 *Task runs*): two worker processes start the same try of the same task at once.
+"""Duplicate delivery (docs/pipelines.md, *Tasks*): two worker processes start the same try of the same task at once.
 
 Airflow can deliver one task try twice (a scheduler failover, an executor that re-sends). Exactly one of the two
 deliveries may open the attempt; the other gets STALE_TRANSITION (retryable, and Airflow's retry is then a new

@@ -1,5 +1,5 @@
-"""Holders killed with ``kill -9`` (SPEC §8: a lock is released when its holder ends, also when killed; §9: a
-killed worker's attempt is closed LOST by the finish task or by the next try).
+"""Holders killed with ``kill -9`` (docs/locks.md: a lock is released when its holder ends, also when killed;
+docs/lifecycle.md: a killed worker's attempt is closed LOST by the finish task or by the next try).
 
 Every child is a real process (``children.py``) that takes hold of something, says READY, and sleeps; the test
 makes sure it really holds it, SIGKILLs it, and measures how soon the Engine DB is usable again.

@@ -1,4 +1,4 @@
-"""The auth-mode registry is the one declaration of each mode: profiles, connections, the form and the README agree."""
+"""The auth-mode registry is the one declaration of each mode: profiles, connections, the form and docs/auth.md agree."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from airflow_provider_etl_craft.config.connection import profile_from_connection
 from airflow_provider_etl_craft.get_provider_info import CONN_FIELDS
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+AUTH_PAGE = Path(__file__).resolve().parents[2] / "docs" / "auth.md"
 SLOT_NAMES = {"login": "login", "password": "password", "extra": "extras"}
 #: A value for every key some mode takes (no identifier-like text, so no variable lookup intervenes).
 VALUES = {
@@ -41,7 +41,7 @@ def _connection_mapping(mode: AuthMode) -> str:
 
 
 def render_table() -> str:
-    """The README's table of auth modes, as the registry declares them."""
+    """The table of auth modes in docs/auth.md, as the registry declares them."""
     rows = [
         "| mode | credential | required keys | optional keys | secret keys | path keys | driver | Airflow connection |",
         "|---|---|---|---|---|---|---|---|",
@@ -61,18 +61,17 @@ def render_table() -> str:
     return "\n".join(rows)
 
 
-def readme_table() -> str:
-    """The first table of the README's "Auth modes" section."""
-    section = README.read_text(encoding="utf-8").split("\n## Auth modes\n", 1)[1].split("\n## ", 1)[0]
-    lines = section.splitlines()
+def page_table() -> str:
+    """The first table of docs/auth.md."""
+    lines = AUTH_PAGE.read_text(encoding="utf-8").splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return "\n".join(lines[start:end])
 
 
-def test_the_readme_table_of_auth_modes_is_the_registry() -> None:
+def test_the_docs_table_of_auth_modes_is_the_registry() -> None:
     expected = render_table()
-    assert readme_table() == expected, f"update the README's Auth modes table to:\n{expected}"
+    assert page_table() == expected, f"update the table of docs/auth.md to:\n{expected}"
 
 
 def test_a_key_shared_by_modes_means_the_same_in_each() -> None:

@@ -28,7 +28,7 @@ from airflow_provider_etl_craft.config.load import PROFILE_KEYS
 from airflow_provider_etl_craft.engine.url import parse_jdbc_url
 from airflow_provider_etl_craft.errors import EtlCraftError
 
-#: Exit statuses the README documents (SPEC §11).
+#: Exit statuses docs/errors.md and docs/cli.md document.
 DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 14, 20}
 #: The secret every example may reach; it must never be printed or put in an error.
 SECRET = "Fz-s3cr3t-9f2c41d7"

@@ -4,7 +4,7 @@ Sign in, open the etl-craft navigation entry, open a pipeline, pause it with a r
 resume it, open a run, open the Engine run tab of a DAG run; a viewer's pause is refused; the pipeline
 page's duration chart and the run page's timeline are drawn (docs/ui.md). Each page is
 checked by its text and saved as a PNG under the test's tmp_path. With ``ETL_CRAFT_SCREENSHOTS=<dir>``
-the README's screenshots are written there too (``make screenshots``).
+the screenshots of the README and docs/ui.md are written there too (``make screenshots``).
 """
 
 from __future__ import annotations
@@ -275,7 +275,7 @@ def test_an_operator_pauses_resumes_and_reads_runs_in_the_airflow_ui(
     expect(gates).to_contain_text("UNSATISFIED")
     keep(page, "run-in-airflow")
 
-    # The same page on its own (its own URL works too), full height for the README.
+    # The same page on its own (its own URL works too), full height for the README and docs/ui.md.
     page.goto(f"/etl-craft/ui/#/runs/{engine_run.pipeline_run_id}")
     expect(page.get_by_test_id("gate-decisions-table")).to_contain_text("was not run")
     keep(page, "run")

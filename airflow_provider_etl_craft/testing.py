@@ -83,7 +83,7 @@ def _dag_pipelines(dag: Any) -> tuple[dict[str, _DagPipeline], list[str]]:
         if getattr(task, "etl_craft_claims_pipeline", False):
             entry = found.setdefault(task.pipeline_code, _DagPipeline())
             entry.conn_id = entry.conn_id or task.etl_craft_conn_id
-            entry.profile = entry.profile or task.profile
+            entry.profile = entry.profile or task.etl_craft_profile
             continue
         record = recorded_task(task)
         if record is None:

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from airflow_provider_etl_craft import __version__
 from airflow_provider_etl_craft.cli.tables import format_table
+from airflow_provider_etl_craft.engine.schema import MIGRATE_LOCK_TIMEOUT
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import commands
@@ -521,9 +522,9 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument(
                 "--lock-timeout",
                 type=_seconds,
-                default=300.0,
+                default=MIGRATE_LOCK_TIMEOUT,
                 metavar="SECONDS",
-                help="how long to wait for the migrate lock (default 300)",
+                help=f"how long to wait for the migrate lock (default {MIGRATE_LOCK_TIMEOUT:g})",
             )
         if name == "check":
             cmd.add_argument(

@@ -12,7 +12,7 @@ from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
 from airflow_provider_etl_craft.engine.migration_checks import check_rows
 from airflow_provider_etl_craft.engine.schema import (
-    DEFAULT_LOCK_TIMEOUT,
+    MIGRATE_LOCK_TIMEOUT,
     SCHEMA_VERSION,
     InitResult,
     apply_adoption_step,
@@ -194,7 +194,7 @@ def migrate(
     dialect: EngineDialect,
     conn: Connection,
     project_dir: Path | None,
-    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+    lock_timeout: float | None = MIGRATE_LOCK_TIMEOUT,
 ) -> MigrateResult:
     """Bring the Engine DB up to date: init-db if needed, then every pending file, one transaction each.
 

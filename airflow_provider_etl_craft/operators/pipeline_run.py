@@ -172,35 +172,29 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         event = event or {}
         deadline = deadline or event.get("deadline")
         self._carried_deadline = deadline
-        if event.get("status") == "timeout":
-            result = self.poke(context)
-            if result.is_done:
-                return result.xcom_value
-            raise self._timed_out()
-        return self._look_or_defer(context, deadline)
+        return self._look_or_defer(context, deadline, expired=event.get("status") == "timeout")
 
-    def _look_or_defer(self, context: Any, deadline: str | None) -> Any:
-        result = self.poke(context)
-        if result.is_done:
-            return result.xcom_value
-        until = _wait.deadline(self.timeout, deadline)
-        if datetime.now(UTC) >= until:
-            raise self._timed_out()
-        seen = _wait.seen_state(self._hook(), self.pipeline_code)
-        result = self.poke(context)  # a change between the first look and that read is seen here
-        if result.is_done:
-            return result.xcom_value
-        _wait.defer(
-            self,
-            (self.etl_craft_conn_id, self.etl_craft_profile),
-            self.pipeline_code,
-            seen,
-            float(self.poke_interval),
-            until,
-            "execute_complete",
+    def _look_or_defer(self, context: Any, deadline: str | None, *, expired: bool = False) -> Any:
+        def look() -> _wait.Look[Any]:
+            result = self.poke(context)
+            return _wait.Look(done=result.is_done, value=result.xcom_value)
+
+        wait = _wait.Wait(
+            engine_db=(self.etl_craft_conn_id, self.etl_craft_profile),
+            pipeline_code=self.pipeline_code,
+            recheck_after=float(self.poke_interval),
+            method_name="execute_complete",
             claim=True,
         )
-        return None  # not reached: defer raises
+        return _wait.look_or_defer(
+            self,
+            look,
+            wait,
+            timeout=float(self.timeout),
+            carried=deadline,
+            expired=expired,
+            timed_out=lambda _looked: self._timed_out(),
+        )
 
     def _timed_out(self) -> Exception:
         """The sensor timeout, saying what the claim waited for."""

@@ -153,9 +153,7 @@ def run_checks(
     checks.append(ok("Secrets source", _describe_source(source)))
     selectors = Resolver(source, None, str(path))
     try:
-        name = select_profile(
-            connector.profiles, connector.engine, connector.secrets, source, profile, str(path), selectors
-        )
+        name = select_profile(connector, source, profile, plain=selectors)
     except EtlCraftError as exc:
         return [
             *checks,

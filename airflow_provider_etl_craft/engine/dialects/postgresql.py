@@ -512,8 +512,8 @@ class PostgresDialect(EngineDialect[PgConnection]):
         )
         answers = [
             (host_port(host, port), pg_probe.ask(
-                host, port, target.database, profile.user, startup, target.settings, max(1.0, min(timeout, 10.0)),
-                login,
+                host, port, target.database, user=profile.user, startup=startup, settings=target.settings,
+                timeout=max(1.0, min(timeout, 10.0)), login=login,
             ))
             for host, port in target.hosts
         ]  # fmt: skip

@@ -131,7 +131,7 @@ def _records(task: Any) -> bool:
 
 
 def _compare(
-    dag: Any, code: str, entry: _DagPipeline, graph: PipelineGraph | None, problems: bool
+    dag: Any, code: str, entry: _DagPipeline, *, graph: PipelineGraph | None, problems: bool
 ) -> list[str]:
     """The differences between one pipeline's recorded tasks in ``dag`` and its graph in the Engine."""
     where, out = f"pipeline {code}", []
@@ -207,7 +207,7 @@ def check_dag_against_engine(
         engine = engine_hook.engine
         with closing(engine_hook.get_conn()) as conn, engine.classified(conn):
             graph = load_graph(engine, conn, code)
-        out += _compare(dag, code, entry, graph, graph_problems)
+        out += _compare(dag, code, entry, graph=graph, problems=graph_problems)
     return out
 
 

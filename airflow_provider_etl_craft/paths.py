@@ -47,7 +47,7 @@ def checked_path(
     except RuntimeError:  # Python 3.11 and 3.12 report a symbolic link loop so
         raise error(f"{setting}: {text} is a loop of symbolic links; point it at a real {kind}") from None
     except OSError as exc:  # Python 3.13+: ELOOP
-        raise _refused(exc, setting, text, kind, error) from None
+        raise _refused(exc, setting, text, kind=kind, error=error) from None
     try:
         exists = resolved.exists()
         if not must_exist and not exists:
@@ -62,7 +62,7 @@ def checked_path(
             raise error(f"{setting}: {text}{dangling}; fix the path")
         is_dir = resolved.is_dir()
     except OSError as exc:  # stat() refused the path: ENAMETOOLONG, EACCES, … (ENOENT/ENOTDIR read as absent)
-        raise _refused(exc, setting, text, kind, error) from None
+        raise _refused(exc, setting, text, kind=kind, error=error) from None
     if kind == "file" and is_dir:
         raise error(f"{setting}: {text} is a directory, not a file; fix the path")
     if kind == "directory" and not is_dir:
@@ -79,7 +79,9 @@ def _check_ancestors(path: Path) -> None:
             return
 
 
-def _refused(exc: OSError, setting: str, text: str, kind: str, error: type[EtlCraftError]) -> EtlCraftError:
+def _refused(
+    exc: OSError, setting: str, text: str, *, kind: str, error: type[EtlCraftError]
+) -> EtlCraftError:
     """The caller's error for a path the operating system refused, classified by ``errno``."""
     if exc.errno == errno.ELOOP:
         return error(f"{setting}: {text} is a loop of symbolic links; point it at a real {kind}")

@@ -83,7 +83,7 @@ def _dag_pipelines(dag: Any) -> tuple[dict[str, _DagPipeline], list[str]]:
         if getattr(task, "etl_craft_claims_pipeline", False):
             entry = found.setdefault(task.pipeline_code, _DagPipeline())
             entry.conn_id = entry.conn_id or task.etl_craft_conn_id
-            entry.profile = entry.profile or task.profile
+            entry.profile = entry.profile or task.etl_craft_profile
             continue
         record = recorded_task(task)
         if record is None:
@@ -131,7 +131,7 @@ def _records(task: Any) -> bool:
 
 
 def _compare(
-    dag: Any, code: str, entry: _DagPipeline, graph: PipelineGraph | None, problems: bool
+    dag: Any, code: str, entry: _DagPipeline, *, graph: PipelineGraph | None, problems: bool
 ) -> list[str]:
     """The differences between one pipeline's recorded tasks in ``dag`` and its graph in the Engine."""
     where, out = f"pipeline {code}", []
@@ -207,7 +207,7 @@ def check_dag_against_engine(
         engine = engine_hook.engine
         with closing(engine_hook.get_conn()) as conn, engine.classified(conn):
             graph = load_graph(engine, conn, code)
-        out += _compare(dag, code, entry, graph, graph_problems)
+        out += _compare(dag, code, entry, graph=graph, problems=graph_problems)
     return out
 
 

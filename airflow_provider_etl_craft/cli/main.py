@@ -11,10 +11,11 @@ import traceback
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from airflow_provider_etl_craft import __version__
 from airflow_provider_etl_craft.cli.tables import format_table
+from airflow_provider_etl_craft.engine.schema import MIGRATE_LOCK_TIMEOUT
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import commands
@@ -463,6 +464,34 @@ def _default_actor() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``etl-craft-airflow`` parser: the common options, then one sub-command per :data:`COMMANDS` entry."""
+    common = _common_options()
+    parser = argparse.ArgumentParser(
+        prog="etl-craft-airflow",
+        parents=[common],
+        description="Administer an etl-craft Engine DB and inspect its runs outside Airflow.",
+        epilog="Exit status: 0 ok, 1 failure (validate: a problem found), 2 usage, 3 configuration, 4 metadata, "
+        "5 graph, 6 self dependency, 7 dependency cycle, 8 unknown task, 9 run state, "
+        "12 Engine DB, 13 migration, 14 lock timeout, 20 stale transition. purge: 4 unknown --pipeline, "
+        "9 another purge is running, 12 Engine DB not migrated to the latest ENGINE version.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        if name in RUN_VIEWS:
+            _add_view_arguments(cmd, name)
+        elif name == "purge":
+            _add_purge_arguments(cmd)
+        elif name in PAUSES:
+            _add_pause_arguments(cmd)
+        else:
+            _add_schema_arguments(cmd, name)
+    return parser
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """Options every command takes, before or after its name."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--config",
@@ -483,67 +512,52 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="on an error, print the traceback too",
     )
-    parser = argparse.ArgumentParser(
-        prog="etl-craft-airflow",
-        parents=[common],
-        description="Administer an etl-craft Engine DB and inspect its runs outside Airflow.",
-        epilog="Exit status: 0 ok, 1 failure (validate: a problem found), 2 usage, 3 configuration, 4 metadata, "
-        "5 graph, 6 self dependency, 7 dependency cycle, 8 unknown task, 9 run state, "
-        "12 Engine DB, 13 migration, 14 lock timeout, 20 stale transition. purge: 4 unknown --pipeline, "
-        "9 another purge is running, 12 Engine DB not migrated to the latest ENGINE version.",
+    return common
+
+
+def _add_pause_arguments(cmd: argparse.ArgumentParser) -> None:
+    """pause / resume: which pipeline, why, and who."""
+    cmd.add_argument(
+        "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (_, help_text) in COMMANDS.items():
-        cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
-        if name in RUN_VIEWS:
-            _add_view_arguments(cmd, name)
-            continue
-        if name == "purge":
-            _add_purge_arguments(cmd)
-            continue
-        if name in PAUSES:
-            cmd.add_argument(
-                "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
-            )
-            cmd.add_argument(
-                "--reason", required=True, type=_text, help="why (stored in AUD_PIPELINE_PAUSES)"
-            )
-            cmd.add_argument(
-                "--by",
-                default=_default_actor(),
-                type=_text,
-                metavar="NAME",
-                help="who (default: the login name; stored with kind HUMAN)",
-            )
-            continue
-        if name in LOCKING:
-            cmd.add_argument(
-                "--lock-timeout",
-                type=_seconds,
-                default=300.0,
-                metavar="SECONDS",
-                help="how long to wait for the migrate lock (default 300)",
-            )
-        if name == "check":
-            cmd.add_argument(
-                "--format",
-                choices=("text", "json"),
-                default="text",
-                help="text: one [OK  ]/[WARN]/[FAIL] line per check and a summary (default); json: one document",
-            )
-        if name in ("migrate", "check"):
-            cmd.add_argument(
-                "--migrations-dir",
-                metavar="DIR",
-                default=None,
-                type=_typed_path,
-                help="project migrations, relative to the working directory (default: "
-                "$ETL_CRAFT_MIGRATIONS_DIR, else migrations/ beside craft-connector.yml)",
-            )
-        else:
-            cmd.set_defaults(migrations_dir=None)
-    return parser
+    cmd.add_argument("--reason", required=True, type=_text, help="why (stored in AUD_PIPELINE_PAUSES)")
+    cmd.add_argument(
+        "--by",
+        default=_default_actor(),
+        type=_text,
+        metavar="NAME",
+        help="who (default: the login name; stored with kind HUMAN)",
+    )
+
+
+def _add_schema_arguments(cmd: argparse.ArgumentParser, name: str) -> None:
+    """init-db, migrate, check and the other Engine DB commands: the migrate lock's wait, check's format, the migrations folder."""
+    if name in LOCKING:
+        cmd.add_argument(
+            "--lock-timeout",
+            type=_seconds,
+            default=MIGRATE_LOCK_TIMEOUT,
+            metavar="SECONDS",
+            help=f"how long to wait for the migrate lock (default {MIGRATE_LOCK_TIMEOUT:g})",
+        )
+    if name == "check":
+        cmd.add_argument(
+            "--format",
+            choices=("text", "json"),
+            default="text",
+            help="text: one [OK  ]/[WARN]/[FAIL] line per check and a summary (default); json: one document",
+        )
+    if name in ("migrate", "check"):
+        cmd.add_argument(
+            "--migrations-dir",
+            metavar="DIR",
+            default=None,
+            type=_typed_path,
+            help="project migrations, relative to the working directory (default: "
+            "$ETL_CRAFT_MIGRATIONS_DIR, else migrations/ beside craft-connector.yml)",
+        )
+    else:
+        cmd.set_defaults(migrations_dir=None)
 
 
 def _typed_path(value: str) -> str:
@@ -591,7 +605,8 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def run() -> None:
+def run() -> NoReturn:
+    """The ``etl-craft-airflow`` console script: exits with :func:`main`'s status."""
     sys.exit(main())
 
 

@@ -39,23 +39,32 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
         from airflow_provider_etl_craft.config.postgres_connection import profile_from_postgres_connection
 
         return profile_from_postgres_connection(conn)
-    conn_id = conn.conn_id
     extras = {k: v for k, v in (conn.extra_dejson or {}).items() if v not in (None, "")}
-    origin = f"Airflow connection '{conn_id}'"
+    origin = f"Airflow connection '{conn.conn_id}'"
     if "config_path" in extras:
-        unknown = sorted(k for k in extras if k not in FILE_EXTRAS)
-        if unknown:
+        return _file_backed(origin, extras, profile)
+    return _inline(conn, origin, extras)
+
+
+def _file_backed(origin: str, extras: dict[str, Any], profile: str | None) -> EngineProfile:
+    """The profile of the craft-connector.yml the connection's ``config_path`` names (only it and ``profile``)."""
+    unknown = sorted(k for k in extras if k not in FILE_EXTRAS)
+    if unknown:
+        raise ConfigurationError(
+            f"{origin}: extra(s) {', '.join(unknown)} have no meaning beside config_path (the file holds the "
+            "settings); a file-backed connection takes only config_path and profile"
+        )
+    for key in FILE_EXTRAS:
+        if key in extras and not isinstance(extras[key], str):
             raise ConfigurationError(
-                f"{origin}: extra(s) {', '.join(unknown)} have no meaning beside config_path (the file holds the "
-                "settings); a file-backed connection takes only config_path and profile"
+                f"{origin}: extra {key} must be text (a {'path' if key == 'config_path' else 'profile name'}), "
+                f"not {type(extras[key]).__name__}"
             )
-        for key in FILE_EXTRAS:
-            if key in extras and not isinstance(extras[key], str):
-                raise ConfigurationError(
-                    f"{origin}: extra {key} must be text (a {'path' if key == 'config_path' else 'profile name'}), "
-                    f"not {type(extras[key]).__name__}"
-                )
-        return load_engine_profile(extras["config_path"], profile or extras.get("profile"))
+    return load_engine_profile(extras["config_path"], profile or extras.get("profile"))
+
+
+def _inline(conn: Any, origin: str, extras: dict[str, Any]) -> EngineProfile:
+    """The profile the connection's own fields and extras hold (the password is the secret, as given)."""
     allowed = set(INLINE_EXTRAS) | DRIVER_SETTINGS
     unknown = sorted(k for k in extras if k not in allowed)
     if unknown:
@@ -64,21 +73,12 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
             f"{', '.join(sorted(allowed))}"
         )
     settings: dict[str, Any] = {INLINE_EXTRAS[k]: v for k, v in extras.items() if k in INLINE_EXTRAS}
-    driver = sorted(k for k in extras if k in DRIVER_SETTINGS)
-    if "jdbc_url" in settings and driver:
+    if "jdbc_url" not in settings:
+        settings["jdbc_url"] = _jdbc_url(conn, origin, extras)
+    elif driver := sorted(k for k in extras if k in DRIVER_SETTINGS):
         raise ConfigurationError(
             f"{origin}: extra(s) {', '.join(driver)} beside jdbc_url; put driver settings in the jdbc_url query "
             "(…?sslmode=verify-full) or drop jdbc_url and use host/port/schema"
-        )
-    if "jdbc_url" not in settings:
-        if not conn.host or not conn.schema:
-            raise ConfigurationError(
-                f"{origin}: set host and schema (= database), or an extra jdbc_url (e.g. jdbc:sqlite:/data/engine.db), "
-                "or an extra config_path pointing at craft-connector.yml"
-            )
-        query = urlencode({k: str(v) for k, v in extras.items() if k in DRIVER_SETTINGS})
-        settings["jdbc_url"] = f"jdbc:postgresql://{conn.host}:{conn.port or 5432}/{quote(conn.schema)}" + (
-            f"?{query}" if query else ""
         )
     if conn.login:
         settings[LOGIN_KEY] = conn.login
@@ -86,8 +86,29 @@ def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProf
     if conn.password:
         _compat.mask_secret(conn.password)
         secret_values[PASSWORD_KEY] = conn.password
-    literal = Resolver(SecretsSource("connection", lambda _name: None), conn_id, origin)
-    return build_profile(conn_id, settings, literal, origin, f"connection '{conn_id}'", None, secret_values)
+    literal = Resolver(SecretsSource("connection", lambda _name: None), conn.conn_id, origin)
+    return build_profile(
+        conn.conn_id,
+        settings,
+        literal,
+        origin=origin,
+        prefix=f"connection '{conn.conn_id}'",
+        base_dir=None,
+        secret_values=secret_values,
+    )
+
+
+def _jdbc_url(conn: Any, origin: str, extras: dict[str, Any]) -> str:
+    """The PostgreSQL URL of the connection's host, port and schema (= database), with its driver extras."""
+    if not conn.host or not conn.schema:
+        raise ConfigurationError(
+            f"{origin}: set host and schema (= database), or an extra jdbc_url (e.g. jdbc:sqlite:/data/engine.db), "
+            "or an extra config_path pointing at craft-connector.yml"
+        )
+    query = urlencode({k: str(v) for k, v in extras.items() if k in DRIVER_SETTINGS})
+    return f"jdbc:postgresql://{conn.host}:{conn.port or 5432}/{quote(conn.schema)}" + (
+        f"?{query}" if query else ""
+    )
 
 
 def profile_for_conn_id(conn_id: str, profile: str | None = None) -> EngineProfile:

@@ -78,5 +78,11 @@ def profile_from_postgres_connection(conn: Any) -> EngineProfile:
         settings["user"] = url.username
     literal = Resolver(SecretsSource("connection", lambda _name: None), conn_id, origin)
     return build_profile(
-        conn_id, settings, literal, origin, f"connection '{conn_id}'", None, {"secret": url.password}
+        conn_id,
+        settings,
+        literal,
+        origin=origin,
+        prefix=f"connection '{conn_id}'",
+        base_dir=None,
+        secret_values={"secret": url.password},
     )

@@ -87,7 +87,7 @@ def load_engine_profile(config_path: str | Path | None = None, profile: str | No
     path = locate_config(config_path)
     connector = load_connector_file(path)
     source = build_source(connector.secrets, connector.base_dir, path)
-    name = select_profile(connector.profiles, connector.engine, connector.secrets, source, profile, str(path))
+    name = select_profile(connector, source, profile)
     refuse_unknown_keys(connector, name)
     return active_profile(connector, name, source).profile(name)
 
@@ -122,21 +122,17 @@ def active_profile(connector: ConnectorFile, name: str, source: SecretsSource) -
 
 
 def select_profile(
-    profiles: Mapping[str, Any],
-    engine: Mapping[str, Any],
-    secrets: Mapping[str, Any],
-    source: SecretsSource,
-    explicit: str | None,
-    origin: str,
-    plain: Resolver | None = None,
+    connector: ConnectorFile, source: SecretsSource, explicit: str | None, *, plain: Resolver | None = None
 ) -> str:
-    """Choose the active profile: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one.
+    """Choose the active profile of ``connector``: explicit, ``Engine.Profile``, ``Secrets.Profile``, or the only one.
 
     ``Engine.Profile`` and ``Secrets.Profile`` are text or the name of a variable; a name no variable defines
     is used as written, so an unset ``ETL_CRAFT_PROFILE`` selects a profile of that name (and fails naming it).
 
     :param plain: the resolver of the selectors (its ``sources`` then say where each selector's value came from).
     """
+    profiles, engine, secrets = connector.profiles, connector.engine, connector.secrets
+    origin = str(connector.path)
     if plain is None:
         plain = Resolver(source, None, origin)
     # Both are read (and so checked) even when the first decides, as etl-craft reads them.
@@ -180,6 +176,7 @@ def build_profile(
     name: str,
     settings: Mapping[str, Any],
     resolver: Resolver,
+    *,
     origin: str,
     prefix: str,
     base_dir: Path | None,
@@ -190,6 +187,9 @@ def build_profile(
     Keys the auth mode does not use are accepted and ignored, as etl-craft does; a ``secret`` beside a
     PostgreSQL mode that takes none must still name a set variable (etl-craft checks it).
 
+    :param origin: where the settings come from (a file, an Airflow connection), for messages.
+    :param prefix: how a setting is named in messages (``Engine.prod``, ``connection 'etl_craft_default'``).
+    :param base_dir: folder relative paths resolve against (None: no file, so no relative paths).
     :param secret_values: secrets given directly (an inline Airflow connection's password) instead of
         variable names to look up.
     :raises ConfigurationError: the first setting that is wrong.

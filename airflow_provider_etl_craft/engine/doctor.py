@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft.auth import AUTH_KEYS, AuthMode, keys_in
 from airflow_provider_etl_craft.config.load import ConnectorFile, load_connector_file
@@ -34,6 +34,10 @@ from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource, S
 from airflow_provider_etl_craft.engine.dialects import EngineDialect, dialect_for
 from airflow_provider_etl_craft.engine.url import PostgresTarget, Target
 from airflow_provider_etl_craft.errors import ConfigurationError, EtlCraftError
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.engine.migrations import MigrationFile
+    from airflow_provider_etl_craft.engine.schema import SchemaState
 
 
 class Status(enum.Enum):
@@ -149,9 +153,7 @@ def run_checks(
     checks.append(ok("Secrets source", _describe_source(source)))
     selectors = Resolver(source, None, str(path))
     try:
-        name = select_profile(
-            connector.profiles, connector.engine, connector.secrets, source, profile, str(path), selectors
-        )
+        name = select_profile(connector, source, profile, plain=selectors)
     except EtlCraftError as exc:
         return [
             *checks,
@@ -218,35 +220,8 @@ def _settings(name: str, steps: ProfileSettings) -> tuple[list[Check], EnginePro
 
     :returns: the lines, and the resolved profile when every setting is valid (else None).
     """
-    checks: list[Check] = []
-    valid = True
-
-    @contextmanager
-    def setting(where: str) -> Iterator[list[str]]:
-        """Append the line of the setting whose step runs in the block; the block may add how to show it."""
-        nonlocal valid
-        shown: list[str] = []
-        try:
-            yield shown
-        except EtlCraftError as exc:
-            valid = False
-            checks.append(fail(where, str(exc) + _hint(steps.resolver, where)))
-            return
-        source = steps.resolver.sources.get(where)
-        checks.append(_setting_line(where, source, shown[0] if shown else None, steps.resolver))
-
-    target: Target | None = None
-    with setting(steps.setting("jdbc_url")) as shown:
-        target = steps.target()
-        shown.append(target.describe())  # host, port and database (credentials are refused in the URL)
-    if steps.name_setting is not None and steps.written_name is not None:
-        checked: str | None = None
-        with setting(steps.name_setting):
-            checked = steps.engine_name()
-        if checked is None and checks[-1].status is not Status.FAIL:  # the jdbc_url names no engine
-            checks[-1:] = not_checked(
-                [steps.name_setting], f"needs {steps.setting('jdbc_url')}, which failed"
-            )
+    lines = _SettingLines(steps)
+    target = _target(lines)
     # The keys an auth mode may take that the profile sets: unknown until its auth_mode is known.
     written_keys = [
         steps.setting(k)
@@ -255,32 +230,80 @@ def _settings(name: str, steps: ProfileSettings) -> tuple[list[Check], EnginePro
     ]  # the secret has its own line
     if target is None:
         rest = (steps.setting("schema"), steps.setting("auth_mode"), *written_keys, *PROFILE_CHECKS[1:4])
-        return [*checks, *not_checked(rest, f"needs {steps.setting('jdbc_url')}, which failed")], None
-    with setting(steps.setting("schema")):
+        return [*lines.checks, *not_checked(rest, f"needs {steps.setting('jdbc_url')}, which failed")], None
+    with lines.setting(steps.setting("schema")):
         steps.schema(target)
-    mode: AuthMode | None = None
-    with setting(steps.setting("auth_mode")):
-        mode = steps.auth_mode(target)
-    if mode is not None and steps.ignored_keys(
-        mode
-    ):  # ignored, as etl-craft ignores them: said on auth_mode's line
-        checks[-1] = warn(
-            checks[-1].name, f"{checks[-1].message}; {_ignored(steps.ignored_keys(mode), mode, target)}"
-        )
+    mode = _auth_mode(lines, target)
     if mode is None:
         because = f"needs {steps.setting('auth_mode')}, which failed"
-        return [*checks, *not_checked([*written_keys, *PROFILE_CHECKS[1:3]], because), _kind(target)], None
+        return [
+            *lines.checks,
+            *not_checked([*written_keys, *PROFILE_CHECKS[1:3]], because),
+            _kind(target),
+        ], None
     for key in mode.keys:
         if key in mode.secret_keys or (key not in mode.required_keys and steps.settings.get(key) is None):
             continue
-        with setting(steps.setting(key)):
+        with lines.setting(steps.setting(key)):
             steps.key(mode, key)
-    checks.append(_secret(steps, mode, target))
-    valid = valid and checks[-1].status is not Status.FAIL
+    checks = [*lines.checks, _secret(steps, mode, target)]
+    valid = lines.valid and checks[-1].status is not Status.FAIL
     checks += [_auth(mode, target), _kind(target)]
-    if not valid:
-        return checks, None
-    return checks, steps.profile(name)
+    return checks, steps.profile(name) if valid else None
+
+
+class _SettingLines:
+    """The lines of a profile's settings, one per setting whose step ran in :meth:`setting`'s block."""
+
+    def __init__(self, steps: ProfileSettings) -> None:
+        self.steps = steps
+        self.checks: list[Check] = []
+        self.valid = True  # no setting failed
+
+    @contextmanager
+    def setting(self, where: str) -> Iterator[list[str]]:
+        """Append the line of the setting whose step runs in the block; the block may add how to show it."""
+        shown: list[str] = []
+        try:
+            yield shown
+        except EtlCraftError as exc:
+            self.valid = False
+            self.checks.append(fail(where, str(exc) + _hint(self.steps.resolver, where)))
+            return
+        source = self.steps.resolver.sources.get(where)
+        self.checks.append(_setting_line(where, source, shown[0] if shown else None, self.steps.resolver))
+
+
+def _target(lines: _SettingLines) -> Target | None:
+    """The ``jdbc_url`` line (and the ``Name`` line, when written): the Engine DB, None when it failed."""
+    steps = lines.steps
+    target: Target | None = None
+    with lines.setting(steps.setting("jdbc_url")) as shown:
+        target = steps.target()
+        shown.append(target.describe())  # host, port and database (credentials are refused in the URL)
+    if steps.name_setting is not None and steps.written_name is not None:
+        checked: str | None = None
+        with lines.setting(steps.name_setting):
+            checked = steps.engine_name()
+        if checked is None and lines.checks[-1].status is not Status.FAIL:  # the jdbc_url names no engine
+            lines.checks[-1:] = not_checked(
+                [steps.name_setting], f"needs {steps.setting('jdbc_url')}, which failed"
+            )
+    return target
+
+
+def _auth_mode(lines: _SettingLines, target: Target) -> AuthMode | None:
+    """The ``auth_mode`` line (saying which written keys it ignores, as etl-craft does): the mode, or None."""
+    steps = lines.steps
+    mode: AuthMode | None = None
+    with lines.setting(steps.setting("auth_mode")):
+        mode = steps.auth_mode(target)
+    if mode is not None and steps.ignored_keys(mode):
+        last = lines.checks[-1]
+        lines.checks[-1] = warn(
+            last.name, f"{last.message}; {_ignored(steps.ignored_keys(mode), mode, target)}"
+        )
+    return mode
 
 
 def _setting_line(where: str, source: SettingSource | None, shown: str | None, resolver: Resolver) -> Check:
@@ -411,95 +434,107 @@ def engine_db_checks(dialect: EngineDialect, migrations_dir: str | Path | None =
 
     Each needs the one before it: after a failure the rest are listed as not checked.
     """
+    from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
+
+    try:
+        with dialect.classified():
+            conn = dialect.login()
+    except EtlCraftError as exc:
+        return _failed_at([], str(exc))
+    checks: list[Check] = []
+    with closing(conn):
+        try:  # one step per name of ENGINE_DB_CHECKS, in order: the first to fail is the one after ``checks``
+            checks.append(_connection_check(dialect, conn))
+            checks.append(_schema_check(dialect, conn))
+            state = _tables(dialect, conn)
+            checks.append(ok(TABLES_CHECK, f"all {len(ENGINE_TABLES)} Engine tables present"))
+            pending, folder = _pending(dialect, conn, state, migrations_dir)
+        except (EtlCraftError, _CheckFailed) as exc:
+            return _failed_at(checks, str(exc))
+    if pending:
+        return _failed_at(
+            checks,
+            f"{len(pending)} pending: {', '.join(p.label for p in pending)}; apply with "
+            "`etl-craft-airflow migrate` or EngineInitDbOperator(apply_migrations=True)",
+        )
+    return [*checks, ok(MIGRATIONS_CHECK, f"none pending (packaged ENGINE migrations, {folder})")]
+
+
+class _CheckFailed(Exception):
+    """A check of the Engine DB found what it looks for wrong (not an error of the Engine DB)."""
+
+
+def _failed_at(checks: list[Check], message: str) -> list[Check]:
+    """``checks``, then the failure of the Engine DB check after them, then the rest as not checked."""
+    name = ENGINE_DB_CHECKS[len(checks)]
+    rest = ENGINE_DB_CHECKS[len(checks) + 1 :]
+    return [*checks, fail(name, message), *not_checked(rest, f"needs {name}, which failed")]
+
+
+def _connection_check(dialect: EngineDialect, conn: Any) -> Check:
+    """Who logged in where (on PostgreSQL: the server reached, which must be the primary)."""
+    who = f" as {dialect.profile.user}" if dialect.profile.user else ""
+    return ok(CONNECTION_CHECK, f"{dialect.describe()}{who}{_reached(dialect, conn)}")
+
+
+def _schema_check(dialect: EngineDialect, conn: Any) -> Check:
+    """The profile's schema exists, and transactions resolve names in it."""
+    with dialect.classified(conn):
+        dialect.require_schema(conn)
+        dialect.verify_schema(conn)
+    profile = dialect.profile
+    if isinstance(profile.target, PostgresTarget):
+        return ok(SCHEMA_CHECK, f"{profile.schema} exists and transactions resolve names in it")
+    return ok(SCHEMA_CHECK, f"{profile.schema}: a SQLite file is its own schema")
+
+
+def _tables(dialect: EngineDialect, conn: Any) -> SchemaState:
+    """The Engine tables' state, when all are present.
+
+    :raises _CheckFailed: none or only some are.
+    """
+    from airflow_provider_etl_craft.engine.schema import Verdict, schema_state
+
+    with dialect.classified(conn):
+        state = schema_state(dialect, conn)
+    if state.verdict is Verdict.EMPTY:
+        raise _CheckFailed(
+            f"{state.where} holds no Engine tables yet; create them with `etl-craft-airflow init-db` or "
+            "an EngineInitDbOperator task"
+        )
+    if state.verdict is Verdict.PARTIAL:
+        raise _CheckFailed(str(state.problem()))
+    return state
+
+
+def _pending(
+    dialect: EngineDialect, conn: Any, state: SchemaState, migrations_dir: str | Path | None
+) -> tuple[list[MigrationFile], str]:
+    """The migrations still to apply, and which folder's PROJECT migrations were judged (as said on the line).
+
+    :raises _CheckFailed: a shared Engine DB that lacks the packaged schema's own ledger row.
+    """
     from airflow_provider_etl_craft.engine.migrations import (
         find_migrations_dir,
         migration_files,
         pending_migrations,
     )
-    from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES, SCHEMA_VERSION, Verdict, schema_state
+    from airflow_provider_etl_craft.engine.schema import SCHEMA_VERSION
 
-    profile = dialect.profile
-    try:
-        with dialect.classified():
-            conn = dialect.login()
-    except EtlCraftError as exc:
-        return [
-            fail(CONNECTION_CHECK, str(exc)),
-            *not_checked(ENGINE_DB_CHECKS[1:], f"needs {CONNECTION_CHECK}, which failed"),
-        ]
-    who = f" as {profile.user}" if profile.user else ""
-    with closing(conn):
-        try:
-            reached = _reached(dialect, conn)
-        except EtlCraftError as exc:
-            return [
-                fail(CONNECTION_CHECK, str(exc)),
-                *not_checked(ENGINE_DB_CHECKS[1:], f"needs {CONNECTION_CHECK}, which failed"),
-            ]
-        checks = [ok(CONNECTION_CHECK, f"{dialect.describe()}{who}{reached}")]
-        try:
-            with dialect.classified(conn):
-                dialect.require_schema(conn)
-                dialect.verify_schema(conn)
-        except EtlCraftError as exc:
-            return [
-                *checks,
-                fail(SCHEMA_CHECK, str(exc)),
-                *not_checked(ENGINE_DB_CHECKS[2:], f"needs {SCHEMA_CHECK}, which failed"),
-            ]
-        if isinstance(profile.target, PostgresTarget):
-            checks.append(ok(SCHEMA_CHECK, f"{profile.schema} exists and transactions resolve names in it"))
-        else:
-            checks.append(ok(SCHEMA_CHECK, f"{profile.schema}: a SQLite file is its own schema"))
-        try:
-            with dialect.classified(conn):
-                state = schema_state(dialect, conn)
-        except EtlCraftError as exc:
-            return [
-                *checks,
-                fail(TABLES_CHECK, str(exc)),
-                *not_checked(ENGINE_DB_CHECKS[3:], f"needs {TABLES_CHECK}, which failed"),
-            ]
-        if state.verdict is Verdict.EMPTY:
-            checks.append(
-                fail(
-                    TABLES_CHECK,
-                    f"{state.where} holds no Engine tables yet; create them with `etl-craft-airflow init-db` or "
-                    "an EngineInitDbOperator task",
-                )
-            )
-        elif state.verdict is Verdict.PARTIAL:
-            checks.append(fail(TABLES_CHECK, str(state.problem())))
-        else:
-            checks.append(ok(TABLES_CHECK, f"all {len(ENGINE_TABLES)} Engine tables present"))
-        if checks[-1].status is Status.FAIL:
-            return [*checks, *not_checked(ENGINE_DB_CHECKS[3:], f"needs {TABLES_CHECK}, which failed")]
-        if state.shared and SCHEMA_VERSION not in state.applied:
-            return [*checks, fail(MIGRATIONS_CHECK, str(state.problem()))]
-        try:
-            with dialect.classified(conn):
-                project_dir = find_migrations_dir(migrations_dir, profile.base_dir)
-                judged = frozenset({"ENGINE", "PROJECT"} if project_dir else {"ENGINE"})
-                files = migration_files(dialect.name, project_dir, state.shared)
-                pending = pending_migrations(dialect, conn, files, sources=judged, shared=state.shared)
-        except EtlCraftError as exc:
-            return [*checks, fail(MIGRATIONS_CHECK, str(exc))]
+    if state.shared and SCHEMA_VERSION not in state.applied:
+        raise _CheckFailed(str(state.problem()))
+    with dialect.classified(conn):
+        project_dir = find_migrations_dir(migrations_dir, dialect.profile.base_dir)
+        judged = frozenset({"ENGINE", "PROJECT"} if project_dir else {"ENGINE"})
+        files = migration_files(dialect.name, project_dir, state.shared)
+        pending = pending_migrations(dialect, conn, files, sources=judged, shared=state.shared)
     folder = (
         f"project migrations from {project_dir}"
         if project_dir
         else "PROJECT migrations not judged: no migrations folder is known (--migrations-dir, "
         "$ETL_CRAFT_MIGRATIONS_DIR or migrations/ beside craft-connector.yml)"
     )
-    if pending:
-        return [
-            *checks,
-            fail(
-                MIGRATIONS_CHECK,
-                f"{len(pending)} pending: {', '.join(p.label for p in pending)}; apply with "
-                "`etl-craft-airflow migrate` or EngineInitDbOperator(apply_migrations=True)",
-            ),
-        ]
-    return [*checks, ok(MIGRATIONS_CHECK, f"none pending (packaged ENGINE migrations, {folder})")]
+    return list(pending), folder
 
 
 __all__ = [

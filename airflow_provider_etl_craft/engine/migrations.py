@@ -12,7 +12,7 @@ from airflow_provider_etl_craft.engine.dialects import EngineDialect
 from airflow_provider_etl_craft.engine.locks import MIGRATE_LOCK
 from airflow_provider_etl_craft.engine.migration_checks import check_rows
 from airflow_provider_etl_craft.engine.schema import (
-    DEFAULT_LOCK_TIMEOUT,
+    MIGRATE_LOCK_TIMEOUT,
     SCHEMA_VERSION,
     InitResult,
     apply_adoption_step,
@@ -137,6 +137,7 @@ def pending_migrations(
     dialect: EngineDialect,
     conn: Connection,
     files: list[MigrationFile],
+    *,
     cur: Cursor | None = None,
     sources: frozenset[str] = frozenset({"ENGINE", "PROJECT"}),
     shared: bool = False,
@@ -194,7 +195,7 @@ def migrate(
     dialect: EngineDialect,
     conn: Connection,
     project_dir: Path | None,
-    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+    lock_timeout: float | None = MIGRATE_LOCK_TIMEOUT,
 ) -> MigrateResult:
     """Bring the Engine DB up to date: init-db if needed, then every pending file, one transaction each.
 
@@ -220,7 +221,15 @@ def migrate(
             )
     applied: list[str] = []
     for item in pending:
-        if _apply(dialect, conn, item, files, lock_timeout, len(applied), init.shared):
+        if _apply(
+            dialect,
+            conn,
+            item,
+            files=files,
+            lock_timeout=lock_timeout,
+            earlier=len(applied),
+            shared=init.shared,
+        ):
             applied.append(item.label)
     return MigrateResult(init, applied)
 
@@ -229,6 +238,7 @@ def _apply(
     dialect: EngineDialect,
     conn: Connection,
     item: MigrationFile,
+    *,
     files: list[MigrationFile],
     lock_timeout: float | None,
     earlier: int,
@@ -236,6 +246,9 @@ def _apply(
 ) -> bool:
     """Apply ``item`` with its ledger row in one transaction holding the ``migrate`` lock, unless the ledger
     read inside it shows the file applied already. :return: whether this call applied it.
+
+    :param files: every migration file (the ledger is checked against them).
+    :param earlier: how many files this migrate applied before (for the message of a file that fails).
 
     The transaction names the file as the migration writing (etl-craft's change log records it); on an
     Engine DB etl-craft made, an ENGINE step is recorded in the provider's own ledger.
@@ -245,7 +258,7 @@ def _apply(
             acting_as(None, migration=item.version),
             dialect.schema_transaction(conn, lock=MIGRATE_LOCK, lock_timeout=lock_timeout) as cur,
         ):
-            if item not in pending_migrations(dialect, conn, files, cur, shared=shared):
+            if item not in pending_migrations(dialect, conn, files, cur=cur, shared=shared):
                 return False
             if item.source == "ENGINE":
                 check_rows(

@@ -31,7 +31,9 @@ ENGINE_TABLES = frozenset(
         "AUD_DEPENDENCY_CONSUMPTION", "AUD_PIPELINE_PAUSES", "AUD_RUN_INTERVENTIONS", "SCHEMA_MIGRATIONS",
     }
 )  # fmt: skip
-DEFAULT_LOCK_TIMEOUT = 300.0
+#: Seconds init-db and migrate wait for the ``migrate`` lock by default (the CLI's and EngineInitDbOperator's
+#: too): long, since another process may be migrating. The pipeline lock's default is ``[etl_craft] lock_timeout``.
+MIGRATE_LOCK_TIMEOUT = 300.0
 
 
 def sql_root() -> Traversable:
@@ -211,7 +213,7 @@ def require_current(dialect: EngineDialect, conn: Connection) -> None:
 
 
 def init_db(
-    dialect: EngineDialect, conn: Connection, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    dialect: EngineDialect, conn: Connection, lock_timeout: float | None = MIGRATE_LOCK_TIMEOUT
 ) -> InitResult:
     """Create the Engine tables unless they are already there.
 

@@ -16,7 +16,7 @@ from airflow_provider_etl_craft.engine.dbapi import Connection
 from airflow_provider_etl_craft.engine.dialects import EngineDialect, dialect_for
 from airflow_provider_etl_craft.engine.migrations import MigrateResult, find_migrations_dir, migrate
 from airflow_provider_etl_craft.engine.schema import (
-    DEFAULT_LOCK_TIMEOUT,
+    MIGRATE_LOCK_TIMEOUT,
     InitResult,
     init_db,
 )
@@ -156,13 +156,13 @@ class EngineDBHook(DbApiHook):
         """
         return self.engine.lock(name, timeout, conn)
 
-    def init_db(self, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> InitResult:
+    def init_db(self, lock_timeout: float | None = MIGRATE_LOCK_TIMEOUT) -> InitResult:
         """Create the Engine tables (idempotent). See :func:`~airflow_provider_etl_craft.engine.schema.init_db`."""
         with self.engine.classified(), closing(self.engine.connect(create=True)) as conn:
             return init_db(self.engine, conn, lock_timeout)
 
     def migrate(
-        self, migrations_dir: str | Path | None = None, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+        self, migrations_dir: str | Path | None = None, lock_timeout: float | None = MIGRATE_LOCK_TIMEOUT
     ) -> MigrateResult:
         """init-db if needed, then packaged and project migrations. See :func:`~…engine.migrations.migrate`."""
         project_dir = find_migrations_dir(migrations_dir, self.engine_profile.base_dir)

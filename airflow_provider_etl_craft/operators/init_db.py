@@ -7,9 +7,10 @@ from functools import cached_property
 from typing import Any
 
 from airflow_provider_etl_craft._compat import BaseOperator
-from airflow_provider_etl_craft.engine.schema import DEFAULT_LOCK_TIMEOUT
+from airflow_provider_etl_craft.engine.schema import MIGRATE_LOCK_TIMEOUT
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
+from airflow_provider_etl_craft.operators._renamed import renamed
 from airflow_provider_etl_craft.settings import setting
 
 
@@ -21,11 +22,13 @@ class EngineInitDbOperator(BaseOperator):
     migration, fails the task without retries.
 
     :param etl_craft_conn_id: Airflow connection of type ``etl_craft``.
-    :param profile: Engine profile to use from a file-backed connection.
+    :param etl_craft_profile: Engine profile to use from a file-backed connection (``profile=`` before 0.2,
+        deprecated).
     :param apply_migrations: also apply packaged and project migrations (``migrate``).
     :param migrations_dir: project migrations folder (templated); default ``$ETL_CRAFT_MIGRATIONS_DIR`` or
         ``migrations/`` beside craft-connector.yml.
-    :param lock_timeout: seconds to wait for the ``migrate`` lock.
+    :param etl_craft_lock_timeout: seconds to wait for the ``migrate`` lock (default 300; ``lock_timeout=``
+        before 0.2, deprecated).
     :return: ``{"created": bool, "version": str, "applied": [labels]}`` (pushed to XCom).
     """
 
@@ -36,30 +39,38 @@ class EngineInitDbOperator(BaseOperator):
         self,
         *,
         etl_craft_conn_id: str | None = None,
-        profile: str | None = None,
+        etl_craft_profile: str | None = None,
         apply_migrations: bool = False,
         migrations_dir: str | None = None,
-        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        etl_craft_lock_timeout: float | None = None,
+        profile: str | None = None,
+        lock_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        where = type(self).__name__
         self.etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
-        self.profile = profile
+        self.etl_craft_profile = renamed(
+            where, ("etl_craft_profile", etl_craft_profile), ("profile", profile)
+        )
         self.apply_migrations = apply_migrations
         self.migrations_dir = migrations_dir
-        self.lock_timeout = lock_timeout
+        timeout = renamed(
+            where, ("etl_craft_lock_timeout", etl_craft_lock_timeout), ("lock_timeout", lock_timeout)
+        )
+        self.etl_craft_lock_timeout = MIGRATE_LOCK_TIMEOUT if timeout is None else timeout
 
     @cached_property
     def hook(self) -> EngineDBHook:
-        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.profile)
+        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.etl_craft_profile)
 
     def execute(self, context: Any) -> dict[str, Any]:
         with airflow_outcome():
             if self.apply_migrations:
-                result = self.hook.migrate(self.migrations_dir, self.lock_timeout)
+                result = self.hook.migrate(self.migrations_dir, self.etl_craft_lock_timeout)
                 init, applied = result.init, result.applied
             else:
-                init, applied = self.hook.init_db(self.lock_timeout), []
+                init, applied = self.hook.init_db(self.etl_craft_lock_timeout), []
         self.log.info("%s", init.message)
         for label in applied:
             self.log.info("applied migration %s", label)

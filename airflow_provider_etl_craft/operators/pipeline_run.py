@@ -19,6 +19,7 @@ from airflow_provider_etl_craft._compat import (
 )
 from airflow_provider_etl_craft.operators import _airflow_view, _wait
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
+from airflow_provider_etl_craft.operators._renamed import renamed
 from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
@@ -51,12 +52,28 @@ class _PipelineOperatorMixin:
     operator_extra_links: ClassVar[Collection[BaseOperatorLink]] = (EngineRunLink(),)
     pipeline_code: str
     etl_craft_conn_id: str
-    profile: str | None
+    etl_craft_profile: str | None
+    etl_craft_lock_timeout: float
+
+    def _engine_db(
+        self,
+        etl_craft_conn_id: str | None,
+        profile: tuple[str | None, str | None],
+        lock_timeout: tuple[float | None, float | None],
+    ) -> None:
+        """Set the Engine DB arguments; ``profile`` and ``lock_timeout`` are (new name's, old name's) values."""
+        where = type(self).__name__
+        self.etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
+        self.etl_craft_profile = renamed(where, ("etl_craft_profile", profile[0]), ("profile", profile[1]))
+        timeout = renamed(
+            where, ("etl_craft_lock_timeout", lock_timeout[0]), ("lock_timeout", lock_timeout[1])
+        )
+        self.etl_craft_lock_timeout = setting("lock_timeout") if timeout is None else timeout
 
     def _hook(self) -> EngineDBHook:
         from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
-        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.profile)
+        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.etl_craft_profile)
 
 
 class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
@@ -74,8 +91,9 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
 
     :param pipeline_code: ``CFG_PIPELINES.PIPELINE_CODE``.
     :param etl_craft_conn_id: Airflow connection of the Engine DB.
-    :param profile: Engine profile of a file-backed connection.
-    :param lock_timeout: seconds to wait for the pipeline lock (then a retryable LOCK_TIMEOUT).
+    :param etl_craft_profile: Engine profile of a file-backed connection (``profile=`` before 0.2, deprecated).
+    :param etl_craft_lock_timeout: seconds to wait for the pipeline lock (then a retryable LOCK_TIMEOUT;
+        default ``[etl_craft] lock_timeout``; ``lock_timeout=`` before 0.2, deprecated).
     :param check_task_codes: compare the DAG's task codes with the pipeline's active tasks.
     :param close_abandoned: close blocking runs whose Airflow DAG run has ended.
     :param min_retries: the claim's own retries, independent of the DAG's ``default_args`` (a ``retries=``
@@ -99,8 +117,8 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         *,
         pipeline_code: str,
         etl_craft_conn_id: str | None = None,
-        profile: str | None = None,
-        lock_timeout: float | None = None,
+        etl_craft_profile: str | None = None,
+        etl_craft_lock_timeout: float | None = None,
         check_task_codes: bool = True,
         close_abandoned: bool = True,
         mode: str | None = None,
@@ -108,6 +126,8 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         timeout: timedelta | float | None = None,
         min_retries: int = DEFAULT_CLAIM_MIN_RETRIES,
         deferrable: bool | None = None,
+        profile: str | None = None,
+        lock_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs["retries"] = max(int(kwargs.get("retries") or 0), min_retries)
@@ -125,9 +145,9 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             **kwargs,
         )
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
-        self.etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
-        self.profile = profile
-        self.lock_timeout = setting("lock_timeout") if lock_timeout is None else lock_timeout
+        self._engine_db(
+            etl_craft_conn_id, (etl_craft_profile, profile), (etl_craft_lock_timeout, lock_timeout)
+        )
         self.check_task_codes = check_task_codes
         self.close_abandoned = close_abandoned
         self.deferrable = _wait.default_deferrable() if deferrable is None else deferrable
@@ -152,35 +172,29 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         event = event or {}
         deadline = deadline or event.get("deadline")
         self._carried_deadline = deadline
-        if event.get("status") == "timeout":
-            result = self.poke(context)
-            if result.is_done:
-                return result.xcom_value
-            raise self._timed_out()
-        return self._look_or_defer(context, deadline)
+        return self._look_or_defer(context, deadline, expired=event.get("status") == "timeout")
 
-    def _look_or_defer(self, context: Any, deadline: str | None) -> Any:
-        result = self.poke(context)
-        if result.is_done:
-            return result.xcom_value
-        until = _wait.deadline(self.timeout, deadline)
-        if datetime.now(UTC) >= until:
-            raise self._timed_out()
-        seen = _wait.seen_state(self._hook(), self.pipeline_code)
-        result = self.poke(context)  # a change between the first look and that read is seen here
-        if result.is_done:
-            return result.xcom_value
-        _wait.defer(
-            self,
-            (self.etl_craft_conn_id, self.profile),
-            self.pipeline_code,
-            seen,
-            float(self.poke_interval),
-            until,
-            "execute_complete",
+    def _look_or_defer(self, context: Any, deadline: str | None, *, expired: bool = False) -> Any:
+        def look() -> _wait.Look[Any]:
+            result = self.poke(context)
+            return _wait.Look(done=result.is_done, value=result.xcom_value)
+
+        wait = _wait.Wait(
+            engine_db=(self.etl_craft_conn_id, self.etl_craft_profile),
+            pipeline_code=self.pipeline_code,
+            recheck_after=float(self.poke_interval),
+            method_name="execute_complete",
             claim=True,
         )
-        return None  # not reached: defer raises
+        return _wait.look_or_defer(
+            self,
+            look,
+            wait,
+            timeout=float(self.timeout),
+            carried=deadline,
+            expired=expired,
+            timed_out=lambda _looked: self._timed_out(),
+        )
 
     def _timed_out(self) -> Exception:
         """The sensor timeout, saying what the claim waited for."""
@@ -229,7 +243,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         hook = self._hook()
         with airflow_outcome():
             require_same_machine(hook.engine.name, self, f"DAG {identity.dag_id}, task {self.task_id}")
-        with airflow_outcome(), hook.lifecycle(self.lock_timeout) as lifecycle:
+        with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
                 self._looked(outcome.action)
@@ -317,6 +331,10 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
     With ``emit_asset`` (default) the task's outlet is :func:`pipeline_asset`, so only a SUCCESS run
     (the only outcome in which this task succeeds) emits an Asset event.
 
+    :param etl_craft_conn_id: Airflow connection of the Engine DB.
+    :param etl_craft_profile: Engine profile of a file-backed connection (``profile=`` before 0.2, deprecated).
+    :param etl_craft_lock_timeout: seconds to wait for the pipeline lock (default ``[etl_craft] lock_timeout``;
+        ``lock_timeout=`` before 0.2, deprecated).
     :return: ``{"pipeline_run_id": int, "status": str}`` (pushed to XCom).
     """
 
@@ -327,10 +345,12 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         *,
         pipeline_code: str,
         etl_craft_conn_id: str | None = None,
-        profile: str | None = None,
-        lock_timeout: float | None = None,
+        etl_craft_profile: str | None = None,
+        etl_craft_lock_timeout: float | None = None,
         trigger_rule: str = "all_done",
         emit_asset: bool = True,
+        profile: str | None = None,
+        lock_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
@@ -341,9 +361,9 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
             ]
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
-        self.etl_craft_conn_id = etl_craft_conn_id
-        self.profile = profile
-        self.lock_timeout = setting("lock_timeout") if lock_timeout is None else lock_timeout
+        self._engine_db(
+            etl_craft_conn_id, (etl_craft_profile, profile), (etl_craft_lock_timeout, lock_timeout)
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         identity = RunIdentity.from_context(context)
@@ -361,7 +381,7 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
             for code, tid in tasks.items()
             if self.dag.get_task(tid).is_teardown and not self.dag.get_task(tid).on_failure_fail_dagrun
         ]
-        with airflow_outcome(), self._hook().lifecycle(self.lock_timeout) as lifecycle:
+        with airflow_outcome(), self._hook().lifecycle(self.etl_craft_lock_timeout) as lifecycle:
             outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states, lenient)
             duration = outcome.duration
             if duration is None and not outcome.already_ended and metrics.enabled():

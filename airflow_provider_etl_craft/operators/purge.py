@@ -11,6 +11,7 @@ from airflow_provider_etl_craft._compat import BaseOperator
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
+from airflow_provider_etl_craft.operators._renamed import renamed
 from airflow_provider_etl_craft.settings import setting
 
 
@@ -26,7 +27,8 @@ class EnginePurgeOperator(BaseOperator):
     :param older_than: the retention period: a :class:`~datetime.timedelta`, or text such as ``"90d"``
         (templated).
     :param etl_craft_conn_id: Airflow connection of type ``etl_craft``.
-    :param profile: Engine profile to use from a file-backed connection.
+    :param etl_craft_profile: Engine profile to use from a file-backed connection (``profile=`` before 0.2,
+        deprecated).
     :param pipeline: only runs of this PIPELINE_CODE (templated).
     :param batch_size: at most this many runs per batch (one transaction each, sized to take about 0.25 s).
     :param archive_dir: write each batch's rows there first, as JSON Lines with a sha256 manifest (templated).
@@ -42,17 +44,20 @@ class EnginePurgeOperator(BaseOperator):
         *,
         older_than: timedelta | str,
         etl_craft_conn_id: str | None = None,
-        profile: str | None = None,
+        etl_craft_profile: str | None = None,
         pipeline: str | None = None,
         batch_size: int | None = None,
         archive_dir: str | None = None,
         dry_run: bool = False,
+        profile: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.older_than = older_than
         self.etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
-        self.profile = profile
+        self.etl_craft_profile = renamed(
+            type(self).__name__, ("etl_craft_profile", etl_craft_profile), ("profile", profile)
+        )
         self.pipeline = pipeline
         self.batch_size = batch_size
         self.archive_dir = archive_dir
@@ -60,7 +65,7 @@ class EnginePurgeOperator(BaseOperator):
 
     @cached_property
     def hook(self) -> EngineDBHook:
-        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.profile)
+        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.etl_craft_profile)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_provider_etl_craft.runs import commands

@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from airflow.providers.standard.operators.python import PythonOperator
 
@@ -40,7 +40,6 @@ CountsFunc = Callable[[Any], Any]
 
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
-    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
     from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
 if TYPE_CHECKING:
@@ -124,14 +123,6 @@ class RecordedTaskMixin(_MixinBase):
         self._etl_craft_killed = False
         self._etl_craft_engine: EngineDialect | None = None
 
-    def _etl_craft_hook(self) -> EngineDBHook:
-        from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-
-        return EngineDBHook(
-            etl_craft_conn_id=self.etl_craft_conn_id or setting("default_conn_id"),
-            profile=self.etl_craft_profile,
-        )
-
     def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
         """The run lifecycle on the process's Engine DB connection (the profile read once per try, as the
         hook reads it, but without the hook: common-sql stays unimported)."""
@@ -150,7 +141,7 @@ class RecordedTaskMixin(_MixinBase):
         # A try that comes back after reschedules (a sensor's poke) takes over the attempt it parked.
         resume = int(context.get("task_reschedule_count") or 0) > 0
         return self._etl_craft_record(
-            context, lambda: super(RecordedTaskMixin, self).execute(context), resume
+            context, lambda: super(RecordedTaskMixin, self).execute(context), resume=resume
         )
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
@@ -176,13 +167,14 @@ class RecordedTaskMixin(_MixinBase):
         self,
         context: Any,
         work: Callable[[], Any],
+        *,
         resume: bool,
         gate_deadline: str | None = None,
         gate_event: Mapping[str, Any] | None = None,
     ) -> Any:
         """Open (or take over) this try's attempt, run ``work``, record how it ended; Airflow sees ``work``'s outcome.
 
-        ``gate_deadline`` and ``gate_event`` come back from a deferred gate wait (:meth:`_etl_craft_defer`).
+        ``gate_deadline`` and ``gate_event`` come back from a deferred gate wait (:meth:`_etl_craft_start`).
         """
         if not self.pipeline_code or not self.task_code:
             raise _compat.fail_exception()(
@@ -198,51 +190,85 @@ class RecordedTaskMixin(_MixinBase):
                 identity.run_id,
             )
             return work()
+        handle = self._etl_craft_start(
+            context,
+            identity,
+            resume=resume,
+            gate_deadline=gate_deadline,
+            gate_expired=(gate_event or {}).get("status") == "timeout",
+        )
+        return self._etl_craft_run(context, handle, work)
+
+    def _etl_craft_start(
+        self,
+        context: Any,
+        identity: RunIdentity,
+        *,
+        resume: bool,
+        gate_deadline: str | None,
+        gate_expired: bool,
+    ) -> AttemptHandle:
+        """Open (or take over) this try's attempt once the gate lets it: a gate that skips skips the task, one
+        that waits reschedules it or defers it (:func:`~airflow_provider_etl_craft.operators._wait.look_or_defer`).
+        """
         from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
 
+        pipeline_code, task_code = self.pipeline_code or "", self.task_code or ""
         ti = context["ti"]
-        map_index = _map_index(ti)
         self._etl_craft_engine = None  # resolved again for each try
         deferrable = (
             _wait.default_deferrable() if self.etl_craft_deferrable is None else self.etl_craft_deferrable
         )
-        seen: list[int] | None = None
-        while True:
+
+        def look() -> _wait.Look[AttemptHandle]:
             try:
                 with airflow_outcome(), self._etl_craft_lifecycle() as lifecycle:
                     handle = lifecycle.start_task(
-                        self.pipeline_code,
-                        self.task_code,
+                        pipeline_code,
+                        task_code,
                         identity,
                         int(ti.try_number),
                         upstream_states=self._etl_craft_upstream_states(context),
                         claim_skipped=lambda: self._etl_craft_claim_skipped(context),
-                        map_index=map_index,
+                        map_index=_map_index(ti),
                         resume=resume,
                     )
-                break
+                return _wait.Look(done=True, value=handle)
             except GateSkipped as skipped:
                 self.log.info("etl-craft: %s", skipped.reason)
                 raise AirflowSkipException(skipped.reason) from None
             except GateWaiting as waiting:
                 if not deferrable:
                     self._etl_craft_wait(context, waiting.reason)
-                until = _wait.deadline(self.etl_craft_gate_timeout, gate_deadline)
-                if (gate_event or {}).get("status") == "timeout" or datetime.now(UTC) >= until:
-                    raise self._etl_craft_gate_timeout(waiting.reason, self.etl_craft_gate_timeout) from None
-                if seen is not None:  # judged again after reading the fingerprint: still waiting
-                    self.log.info("etl-craft: %s; deferred until it changes", waiting.reason)
-                    _wait.defer(
-                        self,
-                        (self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile),
-                        self.pipeline_code,
-                        seen,
-                        self.etl_craft_gate_poke_interval,
-                        until,
-                        GATE_RESUME,
-                    )
-                seen = _wait.seen_state(self._etl_craft_hook(), self.pipeline_code)
+                return _wait.Look(done=False, reason=waiting.reason)
+
+        handle = _wait.look_or_defer(
+            self,
+            look,
+            self._etl_craft_gate_wait(),
+            timeout=self.etl_craft_gate_timeout,
+            carried=gate_deadline,
+            expired=gate_expired,
+            timed_out=lambda looked: self._etl_craft_gate_timeout(
+                looked.reason or "", self.etl_craft_gate_timeout
+            ),
+        )
+        assert handle is not None  # a look that is done carries the attempt
+        return handle
+
+    def _etl_craft_gate_wait(self) -> _wait.Wait:
+        """What a deferred gate wait watches: its pipeline's runs and pauses."""
+        return _wait.Wait(
+            engine_db=(self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile),
+            pipeline_code=self.pipeline_code or "",
+            recheck_after=self.etl_craft_gate_poke_interval,
+            method_name=GATE_RESUME,
+        )
+
+    def _etl_craft_run(self, context: Any, handle: AttemptHandle, work: Callable[[], Any]) -> Any:
+        """Run ``work`` in the open attempt and record its end: SUCCESS with its counts, else what it raised."""
         self._etl_craft_attempt = handle
+        map_index = _map_index(context["ti"])
         self.log.info(
             "etl-craft: %s attempt %d%s (ATTEMPT_ID %d) in pipeline run %d",
             self.task_code,
@@ -308,7 +334,7 @@ class RecordedTaskMixin(_MixinBase):
         ]
         return any(state == "skipped" for state in _airflow_view.task_states(context, claims).values())
 
-    def _etl_craft_wait(self, context: Any, reason: str) -> None:
+    def _etl_craft_wait(self, context: Any, reason: str) -> NoReturn:
         """Reschedule (no worker slot held) until the gate timeout, then fail naming what was waited for."""
         now = datetime.now(UTC)
         first = _compat.first_reschedule_date(context) or now
@@ -330,6 +356,7 @@ class RecordedTaskMixin(_MixinBase):
         self,
         handle: AttemptHandle,
         status: str,
+        *,
         counts: TaskCounts | None = None,
         error: str | None = None,
         quiet: bool = False,

@@ -49,7 +49,10 @@ def test_a_root_task_with_a_lenient_trigger_rule_is_refused_naming_it() -> None:
 
 
 def test_a_mapped_task_inherits_the_pipeline_and_counts_once() -> None:
-    with DAG("mapped", schedule=None, start_date=START) as dag, etl_craft_pipeline("SALES", profile="prod"):
+    with (
+        DAG("mapped", schedule=None, start_date=START) as dag,
+        etl_craft_pipeline("SALES", etl_craft_profile="prod"),
+    ):
 
         @etl_craft_task
         def load_file(name):

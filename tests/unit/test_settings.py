@@ -45,7 +45,7 @@ def test_a_boolean_option_that_is_not_one_says_so(monkeypatch: pytest.MonkeyPatc
 
 def test_defaults_apply_when_nothing_is_configured() -> None:
     claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="SALES")
-    assert (claim.poke_interval, claim.timeout, claim.mode, claim.lock_timeout, claim.etl_craft_conn_id) == (
+    assert (claim.poke_interval, claim.timeout, claim.mode, claim.etl_craft_lock_timeout, claim.etl_craft_conn_id) == (
         60.0, 21600.0, "reschedule", 60.0, "etl_craft_default",
     )  # fmt: skip
 
@@ -58,11 +58,11 @@ def test_airflow_configuration_overrides_the_defaults_and_operator_arguments_win
                         "LOCK_TIMEOUT": "12.5", "GATE_TIMEOUT": "30", "GATE_POKE_INTERVAL": "2"}.items():  # fmt: skip
         monkeypatch.setenv(f"AIRFLOW__ETL_CRAFT__{name}", value)
     claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="SALES")
-    assert (claim.poke_interval, claim.mode, claim.lock_timeout, claim.etl_craft_conn_id) == (
+    assert (claim.poke_interval, claim.mode, claim.etl_craft_lock_timeout, claim.etl_craft_conn_id) == (
         5.0, "poke", 12.5, "engine_prod",
     )  # fmt: skip
-    finish = FinishPipelineRunOperator(task_id="finish", pipeline_code="SALES", lock_timeout=3)
-    assert (finish.etl_craft_conn_id, finish.lock_timeout) == ("engine_prod", 3)
+    finish = FinishPipelineRunOperator(task_id="finish", pipeline_code="SALES", etl_craft_lock_timeout=3)
+    assert (finish.etl_craft_conn_id, finish.etl_craft_lock_timeout) == ("engine_prod", 3)
     assert [o.uri for o in finish.outlets] == ["etl-craft://engine_prod/SALES"]
     with (
         DAG("configured", schedule=None, start_date=datetime(2026, 1, 1)) as dag,

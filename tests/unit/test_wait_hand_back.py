@@ -14,23 +14,34 @@ from airflow_provider_etl_craft.runs.changes import ENDED_TASK_RUNS, moved
 from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
 
 
+class Deferred(Exception):
+    """Raised by :meth:`Deferring.defer`, as Airflow's ``defer`` raises ``TaskDeferred``."""
+
+
 class Deferring:
-    """What ``_wait.defer`` needs of a task: ``defer()``, which keeps what it was given."""
+    """What ``_wait.defer`` needs of a task: ``defer()``, which keeps what it was given and raises."""
 
     def __init__(self) -> None:
         self.deferred: dict[str, Any] = {}
 
     def defer(self, **kwargs: Any) -> None:
         self.deferred = kwargs
+        raise Deferred
 
 
 def deferral(claim: bool) -> tuple[datetime, EngineChangeTrigger]:
     task = Deferring()
     before = datetime.now(UTC)
     until = before + timedelta(hours=1)
-    _wait.defer(
-        task, ("etl_craft_default", None), "SALES", [1, 2, 0, 0, 2], 60.0, until, "execute_complete", claim
+    wait = _wait.Wait(
+        engine_db=("etl_craft_default", None),
+        pipeline_code="SALES",
+        recheck_after=60.0,
+        method_name="execute_complete",
+        claim=claim,
     )
+    with pytest.raises(Deferred):
+        _wait.defer(task, wait, [1, 2, 0, 0, 2], until=until)
     trigger = task.deferred["trigger"]
     assert isinstance(trigger, EngineChangeTrigger)
     return before, trigger

@@ -107,13 +107,20 @@ def ask(
     host: str,
     port: int,
     database: str,
+    *,
     user: str | None,
     startup: dict[str, str],
     settings: dict[str, str],
     timeout: float,
     login: Login | None = None,
 ) -> ServerAnswer:
-    """Ask ``host:port`` for a session as libpq would (see the module docstring); with ``login``, log in."""
+    """Ask ``host:port`` for a session as libpq would (see the module docstring); with ``login``, log in.
+
+    :param user: the role to ask for (None: libpq's default, the empty name).
+    :param startup: startup parameters besides user and database (application_name, options, …).
+    :param settings: the URL's driver settings (sslmode and the files it needs).
+    :param timeout: seconds for the TCP connect and for each answer.
+    """
     try:
         sock: socket.socket = socket.create_connection((host, port), timeout=timeout)
     except OSError:
@@ -154,67 +161,93 @@ def _converse(sock: socket.socket, user: str, login: Login | None) -> ServerAnsw
 
     A message that ends the first reply early (the peer closed before any answer) raises :class:`_Closed`.
     """
-    asked = logged_in = False
-    scram: _ScramClient | None = None
+    talk = _Conversation(sock, user, login)
     answered = False  # a message of the server was read: a close after it is not "said nothing"
     try:
         while True:
             kind, body = _message(sock)
             answered = True
-            if kind == b"E":
-                fields = _fields(body)
-                return ServerAnswer(
-                    reachable=True,
-                    sqlstate=fields.get("C"),
-                    message=fields.get("M"),
-                    asked_login=asked,
-                    let_in=logged_in and not asked,
-                    logged_in=logged_in,
-                )
-            if kind == b"Z":
-                sock.sendall(_TERMINATE)
-                return ServerAnswer(
-                    reachable=True, asked_login=asked, let_in=not asked, logged_in=True, took_session=True
-                )
-            if kind != b"R":
-                if logged_in:  # ParameterStatus, BackendKeyData, a notice: the session is being set up
-                    continue
-                return ServerAnswer(reachable=True)  # another message before the login: not a refusal
-            (code,) = struct.unpack("!I", body[:4])
-            if code == _AUTH_OK:
-                logged_in = True
-                continue
-            asked = True
-            password = login.password if login is not None else None
-            if code in (_AUTH_SASL_CONTINUE, _AUTH_SASL_FINAL) and scram is not None:
-                reply = scram.step(code, body[4:])
-                if reply is None:  # the server's proof did not verify: nothing more to believe
-                    return ServerAnswer(reachable=True, asked_login=True)
-                if reply:
-                    sock.sendall(b"p" + struct.pack("!I", 4 + len(reply)) + reply)
-                continue
-            if password is None:
-                return ServerAnswer(reachable=True, asked_login=True)
-            if code == _AUTH_CLEARTEXT:
-                _send_password(sock, password.encode())
-            elif code == _AUTH_MD5:
-                inner = hashlib.md5(password.encode() + user.encode()).hexdigest()  # noqa: S324 - the protocol's
-                outer = hashlib.md5(inner.encode() + body[4:8]).hexdigest()  # noqa: S324
-                _send_password(sock, b"md5" + outer.encode())
-            elif code == _AUTH_SASL and _SCRAM.encode() in body[4:].split(b"\0"):
-                scram = _ScramClient(password)
-                first = scram.first()
-                data = _SCRAM.encode() + b"\0" + struct.pack("!I", len(first)) + first
-                sock.sendall(b"p" + struct.pack("!I", 4 + len(data)) + data)
-            else:  # GSSAPI, SSPI, OAuth, a SASL mechanism of its own: the probe cannot answer it
-                return ServerAnswer(reachable=True, asked_login=True)
+            ended = talk.read(kind, body)
+            if ended is not None:
+                return ended
     except (_Closed, ConnectionError, ssl.SSLEOFError):
         if not answered:
             raise
         # It closed after answering part of the way (a login it gave up on): it asked for a login at least.
+        return talk.answer()
+
+
+class _Conversation:
+    """One startup conversation of :func:`_converse`: what the server asked, and how far the login got."""
+
+    def __init__(self, sock: socket.socket, user: str, login: Login | None) -> None:
+        self.sock, self.user, self.login = sock, user, login
+        self.asked = False  # the server asked for a login
+        self.logged_in = False  # AuthenticationOk was read
+        self.scram: _ScramClient | None = None
+
+    def answer(self, sqlstate: str | None = None, message: str | None = None) -> ServerAnswer:
+        """The server's answer so far, with the error its last message gave, if any."""
         return ServerAnswer(
-            reachable=True, asked_login=asked, let_in=logged_in and not asked, logged_in=logged_in
+            reachable=True,
+            sqlstate=sqlstate,
+            message=message,
+            asked_login=self.asked,
+            let_in=self.logged_in and not self.asked,
+            logged_in=self.logged_in,
         )
+
+    def read(self, kind: bytes, body: bytes) -> ServerAnswer | None:
+        """Take one message of the server: the answer it ends the conversation with, else None."""
+        if kind == b"E":
+            fields = _fields(body)
+            return self.answer(sqlstate=fields.get("C"), message=fields.get("M"))
+        if kind == b"Z":
+            self.sock.sendall(_TERMINATE)
+            return ServerAnswer(
+                reachable=True,
+                asked_login=self.asked,
+                let_in=not self.asked,
+                logged_in=True,
+                took_session=True,
+            )
+        if kind != b"R":
+            # Once logged in: ParameterStatus, BackendKeyData, a notice, the session being set up. Before:
+            # another message before the login, which is not a refusal.
+            return None if self.logged_in else ServerAnswer(reachable=True)
+        (code,) = struct.unpack("!I", body[:4])
+        if code == _AUTH_OK:
+            self.logged_in = True
+            return None
+        self.asked = True
+        return self._authenticate(code, body[4:])
+
+    def _authenticate(self, code: int, data: bytes) -> ServerAnswer | None:
+        """Answer an authentication request when the login can (None); else the conversation ends here."""
+        password = self.login.password if self.login is not None else None
+        if code in (_AUTH_SASL_CONTINUE, _AUTH_SASL_FINAL) and self.scram is not None:
+            reply = self.scram.step(code, data)
+            if reply is None:  # the server's proof did not verify: nothing more to believe
+                return ServerAnswer(reachable=True, asked_login=True)
+            if reply:
+                self.sock.sendall(b"p" + struct.pack("!I", 4 + len(reply)) + reply)
+            return None
+        if password is None:
+            return ServerAnswer(reachable=True, asked_login=True)
+        if code == _AUTH_CLEARTEXT:
+            _send_password(self.sock, password.encode())
+        elif code == _AUTH_MD5:
+            inner = hashlib.md5(password.encode() + self.user.encode()).hexdigest()  # noqa: S324 - the protocol's
+            outer = hashlib.md5(inner.encode() + data[:4]).hexdigest()  # noqa: S324
+            _send_password(self.sock, b"md5" + outer.encode())
+        elif code == _AUTH_SASL and _SCRAM.encode() in data.split(b"\0"):
+            self.scram = _ScramClient(password)
+            first = self.scram.first()
+            sasl = _SCRAM.encode() + b"\0" + struct.pack("!I", len(first)) + first
+            self.sock.sendall(b"p" + struct.pack("!I", 4 + len(sasl)) + sasl)
+        else:  # GSSAPI, SSPI, OAuth, a SASL mechanism of its own: the probe cannot answer it
+            return ServerAnswer(reachable=True, asked_login=True)
+        return None
 
 
 def _message(sock: socket.socket) -> tuple[bytes, bytes]:

@@ -9,8 +9,9 @@ transaction``): every transaction starts with ``SET LOCAL search_path``, and a n
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -407,79 +408,39 @@ class PostgresDialect(EngineDialect[PgConnection]):
         return self.session_lost(exc) or locks.sqlstate(exc) == _READ_ONLY_TRANSACTION
 
     def classify(self, exc: BaseException, conn: PgConnection | None = None) -> EtlCraftError:
-        """By SQLSTATE (see the module's tables); a driver error without one after login lost the session.
+        """By SQLSTATE (:data:`_BY_SQLSTATE`, the module's tables); a driver error without one after login lost
+        the session.
 
         A :class:`SessionLost` (the session ended under a COMMIT) is reported as in doubt.
         """
         in_doubt = isinstance(exc, SessionLost)
         if isinstance(exc, SessionLost):
             exc = exc.cause
-        code = locks.sqlstate(exc)
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        role = self.profile.user or "the default role"
-        schema = self.profile.schema
-        where = f"{self.describe()} as {role}"
-        said = f"SQLSTATE {code}: {detail}" if code else detail
-
-        def matches(codes: tuple[str, ...]) -> bool:
-            return code is not None and any(code == c or (len(c) == 2 and code.startswith(c)) for c in codes)
-
+        failed = _Failed(
+            code=locks.sqlstate(exc),
+            detail=(str(exc).strip().splitlines() or [type(exc).__name__])[0],
+            where=f"{self.describe()} as {self.profile.user or 'the default role'}",
+        )
         driver = self._driver_module()
-        if code is None and not isinstance(exc, (driver.OperationalError, driver.InterfaceError)):
+        if failed.code is None and not isinstance(exc, (driver.OperationalError, driver.InterfaceError)):
             return EngineDBError(
-                f"the database driver refused a command on {where} ({type(exc).__name__}: "
-                f"{detail}); this is a defect of the provider: please report it"
+                f"the database driver refused a command on {failed.where} ({type(exc).__name__}: "
+                f"{failed.detail}); this is a defect of the provider: please report it"
             )
         if in_doubt:
             return failover_error(
                 "commit_in_doubt",
-                f"lost the Engine DB {where} while it committed a write ({said}): the write is in doubt, committed "
-                "or not; a retry of the step recognises its own write if it was committed "
+                f"lost the Engine DB {failed.where} while it committed a write ({failed.said}): the write is in "
+                "doubt, committed or not; a retry of the step recognises its own write if it was committed "
                 '(docs/high-availability.md, "In-doubt commits")',
                 in_doubt=True,
             )
-        if code is None or matches(_GONE):
-            # The server rolls back the open transaction of a session that ends before its COMMIT.
-            return failover_error(
-                "session_lost",
-                f"lost the Engine DB {where} in the middle of a command ({said}); its transaction was not "
-                "committed; a retry may succeed once the server answers again",
-            )
-        if matches(_CONFLICT):
-            return LockTimeoutError(
-                f"the Engine DB {where} gave up a command in a conflict with another session or a timeout ({said}); "
-                "nothing of it was committed; a retry may succeed"
-            )
-        if code == _INSUFFICIENT_PRIVILEGE:
-            return ConfigurationError(
-                f"role {role} lacks a privilege on the Engine DB {self.describe()} ({said}); ask an administrator to "
-                f"run: GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL "
-                f"TABLES IN SCHEMA {schema} TO {role}; GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role}"
-            )
-        if code == _READ_ONLY_TRANSACTION:
-            # A standby, or a primary demoted under the session, answered a write; nothing of it was written.
-            return failover_error(
-                "read_only_answer",
-                f"the Engine DB {where} refused a write as read-only ({said}); nothing of that command was "
-                "written: a failover may be under way (a demoted primary or a standby answered), and a retry may "
-                f"succeed once the new primary takes over; if this persists, {self.profile.setting('jdbc_url')} "
-                "reaches a standby or a read-only database: point it at the primary (with several hosts add "
-                "targetServerType=primary, libpq's target_session_attrs=read-write)",
-            )
-        if matches(_MISSING):
-            if conn is not None:  # a table is "missing" too when the role may not use its schema
-                try:
-                    self.verify_schema(conn)
-                except ConfigurationError as denied:
-                    return denied
-                except Exception:  # noqa: BLE001 - the session is unusable: keep the first answer
-                    pass
-            return EngineDBError(
-                f"the Engine DB {where} lacks an Engine table or column in schema {schema} ({said}); run "
-                f"`etl-craft-airflow migrate` (or init-db) against it, or, if they exist, GRANT USAGE ON SCHEMA "
-                f"{schema} TO {role}"
-            )
-        return EngineDBError(f"the Engine DB {where} refused a command ({said})")
+        if failed.code is None:
+            return _session_lost(self, failed, conn)
+        for codes, error in _BY_SQLSTATE:
+            if _matches(failed.code, codes):
+                return error(self, failed, conn)
+        return EngineDBError(f"the Engine DB {failed.where} refused a command ({failed.said})")
 
     def _connect_error(
         self, exc: Exception, driver: PgDriver, auth_kwargs: dict[str, Any]
@@ -512,8 +473,8 @@ class PostgresDialect(EngineDialect[PgConnection]):
         )
         answers = [
             (host_port(host, port), pg_probe.ask(
-                host, port, target.database, profile.user, startup, target.settings, max(1.0, min(timeout, 10.0)),
-                login,
+                host, port, target.database, user=profile.user, startup=startup, settings=target.settings,
+                timeout=max(1.0, min(timeout, 10.0)), login=login,
             ))
             for host, port in target.hosts
         ]  # fmt: skip
@@ -589,104 +550,23 @@ class PostgresDialect(EngineDialect[PgConnection]):
 
     def _refusal(self, exc: Exception, answer: pg_probe.ServerAnswer, hosts_note: str = "") -> Exception:
         """The error for a failed connect, given the server's answer to the probe (of several hosts, the one
-        :func:`_deciding` chose, which ``hosts_note`` names)."""
+        :func:`_deciding` chose, which ``hosts_note`` names): no answer, a session refused, a login refused by
+        SQLSTATE, else a refusal libpq reports only in text."""
         lines = str(exc).strip().splitlines() or ["no detail"]
-        target, profile = self.target, self.profile
+        profile = self.profile
         # libpq writes one unindented line per host it tried (hints indented): shown, never read.
-        detail = "; ".join(ln.strip() for ln in lines if ln[:1].strip()) if target.other_hosts else lines[0]
+        detail = (
+            "; ".join(ln.strip() for ln in lines if ln[:1].strip()) if self.target.other_hosts else lines[0]
+        )
         where = (
             f"{self.describe()}{hosts_note} as {profile.user or 'the default role'} ({profile.describe()})"
         )
-        if not answer.reachable:
-            return failover_error(
-                "unreachable",
-                f"cannot reach the Engine DB {where}: {detail}; nothing accepted the connection (a server stopped, "
-                "or a new primary not promoted yet); check host, port and network (a retry may succeed)",
-            )
-        if answer.said_nothing == "closed":
-            return failover_error(
-                "peer_closed",
-                f"the Engine DB {where} accepted the connection, then closed it without answering ({detail}); a "
-                "proxy (HAProxy, a load balancer) does so while no primary is up behind it, as during a failover: "
-                "a retry may succeed; if this persists, check that the port is a PostgreSQL server or pooler and "
-                "that the proxy has a healthy primary behind it",
-            )
-        if answer.said_nothing == "silent":
-            return failover_error(
-                "peer_silent",
-                f"the Engine DB {where} accepted the connection, then never answered within {answer.waited:g} s "
-                f"({detail}); a proxy whose backend is down, or a server hung in a failover, does so: a retry may "
-                "succeed; if this persists, check that the port is a PostgreSQL server or pooler and that it "
-                "answers (connect_timeout in jdbc_url bounds the wait)",
-            )
-        if answer.tls_error:
-            return ConfigurationError(
-                f"the Engine DB {where} presented a certificate that does not verify ({answer.tls_error}); check "
-                f"{profile.setting('jdbc_url')}'s sslmode and sslrootcert (the CA that signed the server's certificate)"
-            )
-        code, said = (
-            answer.sqlstate,
-            f"SQLSTATE {answer.sqlstate}: {answer.message}" if answer.sqlstate else detail,
-        )
-        if code == _TOO_MANY_CONNECTIONS:
-            stage = "after the login" if answer.logged_in else "before the login"
-            return failover_error(
-                "server_full",
-                f"the Engine DB {where} is full: it has no connection slot free for this login, {stage} ({said}); "
-                "every connection the server allows (max_connections less its reserved slots), or the CONNECTION "
-                "LIMIT of the role or of the database, is taken; a retry may succeed once other sessions end; if "
-                "this persists, raise that limit or open fewer sessions (Airflow pools, deferred waits, other "
-                "clients of the role)",
-            )
-        if code is not None and (code.startswith("53") or code in ("57P01", "57P02", "57P03")):
-            return failover_error(
-                "not_accepting",
-                f"the Engine DB {where} does not take sessions now ({said}): it is starting up, shutting down, "
-                "in recovery (a standby being promoted) or short of a resource; a retry may succeed",
-            )
-        if code == _INVALID_CATALOG:
-            return ConfigurationError(
-                f"the Engine DB {where} refused the session ({said}): database {target.database!r} does not exist "
-                f"there; fix {profile.setting('jdbc_url')} or ask an administrator to create it"
-            )
-        startup_refused = sorted(POOLER_REFUSED_STARTUP & target.settings.keys())
-        if startup_refused and (code is None or not code.startswith("28")):
-            return ConfigurationError(
-                f"the Engine DB refused the connection to {where}: {detail}; jdbc_url sends the startup parameter "
-                f"{', '.join(startup_refused)}, which connection poolers (PgBouncer, RDS Proxy) refuse unless their "
-                "ignore_startup_parameters lists it: remove it from jdbc_url (the provider sets the Engine schema in "
-                "every transaction itself); if no pooler is in between, check user, auth_mode and its secret or files"
-            )
-        if code == _INVALID_PASSWORD:  # the server checked the credential and refused it
-            return ConfigurationError(
-                f"the Engine DB refused the login to {where} ({said}): the secret is wrong for this role, or the "
-                "role does not exist or may not log in; check user, auth_mode and its secret"
-            )
-        if code is not None and code.startswith("28"):  # no pg_hba.conf entry (or method) for this login
-            return ConfigurationError(
-                f"the Engine DB refused the login to {where} ({said}); check user, auth_mode, sslmode and the "
-                "server's pg_hba.conf entry for this role and database"
-            )
-        if code is not None:  # refused for a reason of its own
-            stage = "after the login" if answer.logged_in else "before the login"
-            return ConfigurationError(f"the Engine DB {where} refused the session {stage} ({said})")
-        if answer.took_session and not any(k in target.settings for k in _STRICTER_THAN_PROBE):
-            # The same login opened a session a moment after libpq's failed: what refused it has passed.
-            return failover_error(
-                "refusal_passed",
-                f"the Engine DB {where} refused the session ({detail}), then took the same login a moment later: "
-                "what refused it has passed (connection slots freed, a server restarted); a retry may succeed",
-            )
-        # It asked for a login the probe could not finish (no password; GSSAPI, OAuth): the refusal came at or
-        # after authentication, which PostgreSQL reports then only in text.
-        several = (
-            "; or no host that took the login is the primary (libpq's message says which refused and why)"
-            if target.other_hosts
-            else ""
-        )
-        return ConfigurationError(
-            f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and its secret or files, "
-            f"the database name, and the role's and database's connection limits{several}"
+        refused = _Refused(where=where, detail=detail, answer=answer)
+        return (
+            _not_answered(self, refused)
+            or _session_refused(self, refused)
+            or _login_refused(self, refused)
+            or _refused_in_text(self, refused)
         )
 
     @contextmanager
@@ -861,6 +741,214 @@ _SET_ACTOR_FOR_CALL = (
     "SELECT f.* FROM (SELECT set_config('etl_craft.actor', %s, true) AS actor, "
     "set_config('etl_craft.actor_kind', %s, true) AS kind) s, "
 )
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A command the Engine DB failed, as :meth:`PostgresDialect.classify` describes it."""
+
+    code: str | None  #: the SQLSTATE, if the driver gave one
+    detail: str  #: the driver's first line (shown, never read)
+    where: str  #: the Engine DB and the role
+
+    @property
+    def said(self) -> str:
+        return f"SQLSTATE {self.code}: {self.detail}" if self.code else self.detail
+
+
+def _session_lost(dialect: PostgresDialect, failed: _Failed, conn: PgConnection | None) -> EtlCraftError:
+    # The server rolls back the open transaction of a session that ends before its COMMIT.
+    return failover_error(
+        "session_lost",
+        f"lost the Engine DB {failed.where} in the middle of a command ({failed.said}); its transaction was not "
+        "committed; a retry may succeed once the server answers again",
+    )
+
+
+def _conflict(dialect: PostgresDialect, failed: _Failed, conn: PgConnection | None) -> EtlCraftError:
+    return LockTimeoutError(
+        f"the Engine DB {failed.where} gave up a command in a conflict with another session or a timeout "
+        f"({failed.said}); nothing of it was committed; a retry may succeed"
+    )
+
+
+def _denied(dialect: PostgresDialect, failed: _Failed, conn: PgConnection | None) -> EtlCraftError:
+    role, schema = dialect.profile.user or "the default role", dialect.profile.schema
+    return ConfigurationError(
+        f"role {role} lacks a privilege on the Engine DB {dialect.describe()} ({failed.said}); ask an administrator "
+        f"to run: GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL "
+        f"TABLES IN SCHEMA {schema} TO {role}; GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role}"
+    )
+
+
+def _read_only(dialect: PostgresDialect, failed: _Failed, conn: PgConnection | None) -> EtlCraftError:
+    # A standby, or a primary demoted under the session, answered a write; nothing of it was written.
+    return failover_error(
+        "read_only_answer",
+        f"the Engine DB {failed.where} refused a write as read-only ({failed.said}); nothing of that command was "
+        "written: a failover may be under way (a demoted primary or a standby answered), and a retry may "
+        f"succeed once the new primary takes over; if this persists, {dialect.profile.setting('jdbc_url')} "
+        "reaches a standby or a read-only database: point it at the primary (with several hosts add "
+        "targetServerType=primary, libpq's target_session_attrs=read-write)",
+    )
+
+
+def _missing(dialect: PostgresDialect, failed: _Failed, conn: PgConnection | None) -> EtlCraftError:
+    if conn is not None:  # a table is "missing" too when the role may not use its schema
+        try:
+            dialect.verify_schema(conn)
+        except ConfigurationError as denied:
+            return denied
+        except Exception:  # noqa: BLE001 - the session is unusable: keep the first answer
+            pass
+    role, schema = dialect.profile.user or "the default role", dialect.profile.schema
+    return EngineDBError(
+        f"the Engine DB {failed.where} lacks an Engine table or column in schema {schema} ({failed.said}); run "
+        f"`etl-craft-airflow migrate` (or init-db) against it, or, if they exist, GRANT USAGE ON SCHEMA "
+        f"{schema} TO {role}"
+    )
+
+
+#: What a failed command means, by SQLSTATE (codes, or classes of two characters), the first match winning.
+_BY_SQLSTATE: tuple[
+    tuple[tuple[str, ...], Callable[[PostgresDialect, _Failed, PgConnection | None], EtlCraftError]], ...
+] = (
+    (_GONE, _session_lost),
+    (_CONFLICT, _conflict),
+    ((_INSUFFICIENT_PRIVILEGE,), _denied),
+    ((_READ_ONLY_TRANSACTION,), _read_only),
+    (_MISSING, _missing),
+)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A connect libpq failed, and what the server answered the probe, as :meth:`PostgresDialect._refusal`
+    describes it."""
+
+    where: str  #: the Engine DB (the host that decided), the role and the profile
+    detail: str  #: libpq's text (shown, never read)
+    answer: pg_probe.ServerAnswer
+
+    @property
+    def code(self) -> str | None:
+        return self.answer.sqlstate
+
+    @property
+    def said(self) -> str:
+        return f"SQLSTATE {self.code}: {self.answer.message}" if self.code else self.detail
+
+    @property
+    def stage(self) -> str:
+        return "after the login" if self.answer.logged_in else "before the login"
+
+
+def _not_answered(dialect: PostgresDialect, refused: _Refused) -> Exception | None:
+    """Nothing took the connection, or it said nothing, or its certificate did not verify (else None)."""
+    where, detail, answer = refused.where, refused.detail, refused.answer
+    if not answer.reachable:
+        return failover_error(
+            "unreachable",
+            f"cannot reach the Engine DB {where}: {detail}; nothing accepted the connection (a server stopped, "
+            "or a new primary not promoted yet); check host, port and network (a retry may succeed)",
+        )
+    if answer.said_nothing == "closed":
+        return failover_error(
+            "peer_closed",
+            f"the Engine DB {where} accepted the connection, then closed it without answering ({detail}); a "
+            "proxy (HAProxy, a load balancer) does so while no primary is up behind it, as during a failover: "
+            "a retry may succeed; if this persists, check that the port is a PostgreSQL server or pooler and "
+            "that the proxy has a healthy primary behind it",
+        )
+    if answer.said_nothing == "silent":
+        return failover_error(
+            "peer_silent",
+            f"the Engine DB {where} accepted the connection, then never answered within {answer.waited:g} s "
+            f"({detail}); a proxy whose backend is down, or a server hung in a failover, does so: a retry may "
+            "succeed; if this persists, check that the port is a PostgreSQL server or pooler and that it "
+            "answers (connect_timeout in jdbc_url bounds the wait)",
+        )
+    if answer.tls_error:
+        return ConfigurationError(
+            f"the Engine DB {where} presented a certificate that does not verify ({answer.tls_error}); check "
+            f"{dialect.profile.setting('jdbc_url')}'s sslmode and sslrootcert (the CA that signed the server's "
+            "certificate)"
+        )
+    return None
+
+
+def _session_refused(dialect: PostgresDialect, refused: _Refused) -> Exception | None:
+    """The server takes no session now (full, starting, stopping), or has no such database (else None)."""
+    where, code, said = refused.where, refused.code, refused.said
+    if code == _TOO_MANY_CONNECTIONS:
+        return failover_error(
+            "server_full",
+            f"the Engine DB {where} is full: it has no connection slot free for this login, {refused.stage} "
+            f"({said}); every connection the server allows (max_connections less its reserved slots), or the "
+            "CONNECTION LIMIT of the role or of the database, is taken; a retry may succeed once other sessions "
+            "end; if this persists, raise that limit or open fewer sessions (Airflow pools, deferred waits, other "
+            "clients of the role)",
+        )
+    if code is not None and (code.startswith("53") or code in ("57P01", "57P02", "57P03")):
+        return failover_error(
+            "not_accepting",
+            f"the Engine DB {where} does not take sessions now ({said}): it is starting up, shutting down, "
+            "in recovery (a standby being promoted) or short of a resource; a retry may succeed",
+        )
+    if code == _INVALID_CATALOG:
+        return ConfigurationError(
+            f"the Engine DB {where} refused the session ({said}): database {dialect.target.database!r} does not "
+            f"exist there; fix {dialect.profile.setting('jdbc_url')} or ask an administrator to create it"
+        )
+    return None
+
+
+def _login_refused(dialect: PostgresDialect, refused: _Refused) -> Exception | None:
+    """A startup parameter a pooler refuses, or a login or session the server refused by SQLSTATE (else None)."""
+    where, code, said = refused.where, refused.code, refused.said
+    startup_refused = sorted(POOLER_REFUSED_STARTUP & dialect.target.settings.keys())
+    if startup_refused and (code is None or not code.startswith("28")):
+        return ConfigurationError(
+            f"the Engine DB refused the connection to {where}: {refused.detail}; jdbc_url sends the startup "
+            f"parameter {', '.join(startup_refused)}, which connection poolers (PgBouncer, RDS Proxy) refuse unless "
+            "their ignore_startup_parameters lists it: remove it from jdbc_url (the provider sets the Engine schema "
+            "in every transaction itself); if no pooler is in between, check user, auth_mode and its secret or files"
+        )
+    if code == _INVALID_PASSWORD:  # the server checked the credential and refused it
+        return ConfigurationError(
+            f"the Engine DB refused the login to {where} ({said}): the secret is wrong for this role, or the "
+            "role does not exist or may not log in; check user, auth_mode and its secret"
+        )
+    if code is not None and code.startswith("28"):  # no pg_hba.conf entry (or method) for this login
+        return ConfigurationError(
+            f"the Engine DB refused the login to {where} ({said}); check user, auth_mode, sslmode and the "
+            "server's pg_hba.conf entry for this role and database"
+        )
+    if code is not None:  # refused for a reason of its own
+        return ConfigurationError(f"the Engine DB {where} refused the session {refused.stage} ({said})")
+    return None
+
+
+def _refused_in_text(dialect: PostgresDialect, refused: _Refused) -> Exception:
+    """A refusal with no SQLSTATE: passed already (the probe got in), or at or after a login the probe could
+    not finish (no password; GSSAPI, OAuth), which PostgreSQL reports then only in text."""
+    where, detail, target = refused.where, refused.detail, dialect.target
+    if refused.answer.took_session and not any(k in target.settings for k in _STRICTER_THAN_PROBE):
+        # The same login opened a session a moment after libpq's failed: what refused it has passed.
+        return failover_error(
+            "refusal_passed",
+            f"the Engine DB {where} refused the session ({detail}), then took the same login a moment later: "
+            "what refused it has passed (connection slots freed, a server restarted); a retry may succeed",
+        )
+    several = (
+        "; or no host that took the login is the primary (libpq's message says which refused and why)"
+        if target.other_hosts
+        else ""
+    )
+    return ConfigurationError(
+        f"the Engine DB refused the login to {where}: {detail}; check user, auth_mode and its secret or files, "
+        f"the database name, and the role's and database's connection limits{several}"
+    )
 
 
 def _actor_params() -> tuple[str, str, str]:

@@ -76,8 +76,8 @@ docs: $(DOCS_VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check airflow_provider_etl_craft tests bench tools
-	$(BIN)/ruff format --check airflow_provider_etl_craft tests bench tools
+	$(BIN)/ruff check airflow_provider_etl_craft tests bench harness tools
+	$(BIN)/ruff format --check airflow_provider_etl_craft tests bench harness tools
 	$(BIN)/mypy
 
 check-constraints: $(VENV)/.installed-dev

@@ -236,7 +236,7 @@ def _allow_sts_role(pg: Any) -> None:
     """Create ``bench_sts`` and let it log in over TLS from 127.0.0.1 without a password check."""
     from psycopg2 import sql
 
-    from bench.engines import fix_pg
+    from harness.postgres import _write
 
     cluster = pg.cluster
     with closing(cluster.admin_connect()) as admin, admin.cursor() as cur:
@@ -248,7 +248,7 @@ def _allow_sts_role(pg: Any) -> None:
     line = f"hostssl all  {STS_ROLE}  127.0.0.1/32  trust"
     if line not in lines:
         lines.insert(next(i for i, text in enumerate(lines) if text.startswith("host ")), line)
-        fix_pg._write(hba_path, "\n".join(lines) + "\n", 0o600, cluster.server_user)
+        _write(hba_path, "\n".join(lines) + "\n", 0o600, cluster.server_user)
         with closing(cluster.admin_connect()) as admin, admin.cursor() as cur:
             cur.execute("SELECT pg_reload_conf()")
         time.sleep(0.5)  # the postmaster reloads asynchronously
@@ -397,7 +397,8 @@ def measure(pg: Any, folder: Path, procs_list: tuple[int, ...], runs: int, codes
             log: Any = print) -> dict[str, Any]:  # fmt: skip
     """Credential calls per pipeline run and per process, for each variant and number of processes."""
     from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-    from bench.engines import seed_pipelines, write_config
+    from bench.engines import seed_pipelines
+    from harness.engines import write_config
 
     cluster, workers = pg.cluster, max(procs_list)
     client_secret = secrets.token_urlsafe(24)

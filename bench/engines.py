@@ -1,7 +1,7 @@
 """Engine DBs for the benchmark: a throwaway PostgreSQL cluster (never the machine's server), SQLite files,
 init-db, and the CFG_ rows the benchmark's pipelines need.
 
-The cluster is the test suite's :class:`tests.fixtures.fix_pg.PgCluster` (TLS, scram-sha-256 roles, fsync and
+The cluster is the test suite's, :class:`harness.postgres.PgCluster` (TLS, scram-sha-256 roles, fsync and
 synchronous_commit off, on 127.0.0.1 and a free port). The benchmark restarts it once with
 ``pg_stat_statements`` preloaded, when the server has that module, to check the client-side counts against
 the server's own.
@@ -12,31 +12,26 @@ from __future__ import annotations
 import os
 import platform
 import sqlite3
-import sys
 from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # the test helpers (tests.fixtures.fix_pg, tests.conftest) live in the project
-    sys.path.insert(0, str(ROOT))
+import psycopg2.extensions
 
-from tests.conftest import pg_profile_yaml  # noqa: E402
-from tests.fixtures import fix_pg  # noqa: E402
+from harness.engines import pg_profile_yaml, write_config
+from harness.postgres import PgCluster, PgDatabase, _server_os_user, find_bindir
+
+# Waits run without the hand-back delay, as in the test suite (tests/conftest.py): dag.test() runs each task in
+# its own process with no executor, so there is no executor event to race (docs/deferred-waits.md). The bench's
+# child processes inherit it; the real-scheduler part's deployment starts Airflow without this process's
+# AIRFLOW__ variables, so it runs with the default.
+os.environ.setdefault("AIRFLOW__ETL_CRAFT__WAIT_HAND_BACK_DELAY", "0")
 
 #: Environment variable holding the Engine DB password (craft-connector.yml names it; child processes inherit it).
 SECRET_VAR = "ETL_CRAFT_BENCH_SECRET"
 SQLITE_PROFILE = "Engine:\n  bench:\n    jdbc_url: jdbc:sqlite:engine/etl-craft.db\n    schema: main\n"
-
-
-def write_config(folder: Path, text: str) -> Path:
-    """Write ``craft-connector.yml`` into ``folder`` and return its path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "craft-connector.yml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def sqlite_engine(folder: Path) -> Path:
@@ -48,8 +43,8 @@ def sqlite_engine(folder: Path) -> Path:
 class PgServer:
     """The throwaway cluster, one database in it for the Engine DB, and whether statements can be counted."""
 
-    cluster: fix_pg.PgCluster
-    database: fix_pg.PgDatabase
+    cluster: PgCluster
+    database: PgDatabase
     config_path: Path
     statements_view: bool
     version_string: str
@@ -58,18 +53,18 @@ class PgServer:
     def start(cls, folder: Path) -> PgServer:
         """Create and start the cluster, a database with an ``etl_craft`` schema, and the config file.
 
-        :raises fix_pg.PostgresUnavailable: no PostgreSQL server binaries on this machine.
+        :raises harness.postgres.PostgresUnavailable: no PostgreSQL server binaries on this machine.
         """
-        bindir = fix_pg.find_bindir()
-        cluster = fix_pg.PgCluster.create(bindir, fix_pg._server_os_user())
+        bindir = find_bindir()
+        cluster = PgCluster.create(bindir, _server_os_user())
         try:
             statements_view = _preload_pg_stat_statements(cluster)
-            database = fix_pg.PgDatabase(cluster, cluster.create_database())
+            database = PgDatabase(cluster, cluster.create_database())
             with closing(cluster.admin_connect(database.name)) as admin, admin.cursor() as cur:
                 if statements_view:
                     cur.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 cur.execute("SELECT version()")
-                (version_string,) = cur.fetchone()
+                version_string = scalar(cur)
             os.environ[SECRET_VAR] = database.password
             profile = pg_profile_yaml(database, secret_var=SECRET_VAR).replace("  test:\n", "  bench:\n")
             config_path = write_config(folder, profile)
@@ -81,7 +76,7 @@ class PgServer:
     def another_database(self, folder: Path) -> tuple[str, Path]:
         """One more Engine database in the same cluster, owned by the same role: its name and config path
         (the password is the same, so :data:`SECRET_VAR` serves both)."""
-        database = fix_pg.PgDatabase(self.cluster, self.cluster.create_database())
+        database = PgDatabase(self.cluster, self.cluster.create_database())
         profile = pg_profile_yaml(database, secret_var=SECRET_VAR).replace("  test:\n", "  bench:\n")
         return database.name, write_config(folder, profile)
 
@@ -100,20 +95,31 @@ class PgServer:
                 "WHERE r.rolname = %s AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
                 (self.database.user,),
             )
-            (count,) = cur.fetchone()
+            count = scalar(cur)
         return int(count)
 
 
-def _preload_pg_stat_statements(cluster: fix_pg.PgCluster) -> bool:
+def scalar(cur: psycopg2.extensions.cursor) -> Any:
+    """The one value of the one row the statement just run returned.
+
+    :raises RuntimeError: it returned no row.
+    """
+    row = cur.fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from: {cur.query!r}")
+    return row[0]
+
+
+def _preload_pg_stat_statements(cluster: PgCluster) -> bool:
     """Restart ``cluster`` with pg_stat_statements loaded.
 
     :raises RuntimeError: the server does not ship it: the round-trip cross-check needs it (no weaker check).
     """
     with closing(cluster.admin_connect()) as admin, admin.cursor() as cur:
         cur.execute("SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'")
-        (pkglibdir,) = cur.fetchone()
+        pkglibdir = scalar(cur)
         cur.execute("SELECT setting FROM pg_config WHERE name = 'SHAREDIR'")
-        (sharedir,) = cur.fetchone()
+        sharedir = scalar(cur)
     library = Path(pkglibdir) / "pg_stat_statements.so"
     control = Path(sharedir) / "extension" / "pg_stat_statements.control"
     if not (library.exists() and control.exists()):

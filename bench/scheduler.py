@@ -1,6 +1,6 @@
 """Part 5: the provider under a real scheduler — one Airflow deployment, two measurements.
 
-The deployment is the test suite's (``tests/deployment/harness.py``): api-server, scheduler, dag-processor
+The deployment is the test suite's (``harness/deployment.py``): api-server, scheduler, dag-processor
 and triggerer as processes, LocalExecutor, the metadata DB on a throwaway PostgreSQL cluster, a SQLite and
 a PostgreSQL Engine DB. Its scheduler settings are the harness's, unchanged (recorded in the result).
 
@@ -39,7 +39,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
 MODES = ("reschedule", "deferrable")
 ENGINES = ("sqlite", "pg")
 ENGINE_NAMES = {"sqlite": "SQLite", "pg": "PostgreSQL"}
@@ -371,22 +370,24 @@ def measure(
     """Start the deployment, run both measurements, stop it (on every exit)."""
     global OutsideRun
     from airflow_provider_etl_craft.settings import OPTIONS
-    from tests.deployment import harness
-    from tests.fixtures import fix_airflow, fix_pg
+    from harness.airflow_home import make_throwaway_home
+    from harness.deployment import AirflowDeployment
+    from harness.postgres import PgCluster, _server_os_user, find_bindir
 
+    airflow_home = make_throwaway_home()  # this process's own Airflow home, as the test session has one
     OutsideRun = _outside_identity()
     poke_interval = float(OPTIONS["claim_poke_interval"].default)
     deferrable = deferrable_supported()
     result: dict[str, Any] = {"poke_interval_s": poke_interval, "deferrable_available": deferrable,
                               "load_average": {"at_start": os.getloadavg()}}  # fmt: skip
-    cluster = fix_pg.PgCluster.create(fix_pg.find_bindir(), fix_pg._server_os_user())
+    cluster = PgCluster.create(find_bindir(), _server_os_user())
     deployment = None
     try:
         log(
             f"  PostgreSQL {cluster.version} on {cluster.host}:{cluster.port}; starting the Airflow deployment"
         )
         started = time.perf_counter()
-        deployment = harness.AirflowDeployment.start(cluster, workdir / "deployment")
+        deployment = AirflowDeployment.start(cluster, workdir / "deployment")
         result["deployment_start_s"] = round(time.perf_counter() - started, 1)
         result["settings"] = {k: v for k, v in sorted(deployment.env.items()) if k.startswith(SETTING_PREFIXES)
                               and not k.endswith(("_PATH", "_FOLDER"))}  # fmt: skip
@@ -421,7 +422,7 @@ def measure(
         if deployment is not None:
             deployment.stop()
         cluster.destroy()
-        shutil.rmtree(fix_airflow._HOME, ignore_errors=True)  # the throwaway home its import made
+        shutil.rmtree(airflow_home, ignore_errors=True)
     return result
 
 
@@ -528,8 +529,6 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
 
     def log(message: str) -> None:
         print(f"[{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)

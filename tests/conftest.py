@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from airflow_provider_etl_craft.auth import cache
 from airflow_provider_etl_craft.engine import reuse
-from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from harness.engines import EngineSetup, pg_profile_yaml, write_config
 
 # A wait's hand-back delay guards against the executor-event race of a real scheduler (docs/deferred-waits.md).
 # dag.test() runs every task in its own process with no executor, so there is no event to race: the tests that
@@ -45,51 +42,6 @@ def _no_kept_engine_connection() -> Iterator[None]:
     reuse.close_all()
     yield
     reuse.close_all()
-
-
-@dataclass
-class EngineSetup:
-    """A craft-connector.yml on disk for one dialect, plus the environment its secret lives in."""
-
-    dialect: str
-    config_path: Path
-    env: dict[str, str] = field(default_factory=dict)
-    database: object | None = None  # PgDatabase on PostgreSQL
-
-    def hook(self) -> EngineDBHook:
-        return EngineDBHook.from_config(self.config_path)
-
-    def subprocess_env(self) -> dict[str, str]:
-        return {**os.environ, **self.env}
-
-
-def engine_rows(hook: EngineDBHook, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """Rows of one statement (``?`` placeholders) on a fresh connection, as its own transaction.
-
-    Through the dialect on the Engine's own connection (``?`` placeholders on both dialects), which sets
-    the Engine schema for the statement.
-    """
-    with closing(hook.engine.connect()) as conn:
-        return [tuple(r) for r in hook.engine.query(conn, sql, params)]
-
-
-def write_config(folder: Path, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "craft-connector.yml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def pg_profile_yaml(db: object, schema: str | None = None, secret_var: str = "ENGINE_SECRET") -> str:
-    cluster = db.cluster  # type: ignore[attr-defined]
-    return (
-        "Engine:\n  test:\n"
-        f"    jdbc_url: jdbc:postgresql://{cluster.host}:{cluster.port}/{db.name}?sslmode=require\n"  # type: ignore[attr-defined]
-        f"    schema: {schema or db.schema}\n"  # type: ignore[attr-defined]
-        f"    user: {db.user}\n"  # type: ignore[attr-defined]
-        "    auth_mode: password\n"
-        f"    secret: {secret_var}\n"
-    )
 
 
 @pytest.fixture

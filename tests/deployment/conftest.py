@@ -1,4 +1,4 @@
-"""The deployment tier's fixtures: one real Airflow deployment per session (see ``harness.py``)."""
+"""The deployment tier's fixtures: one real Airflow deployment per session (see ``harness/deployment.py``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.deployment.harness import AirflowDeployment, celery_unavailable
+from harness.deployment import AirflowDeployment, celery_unavailable
+from harness.postgres import PgCluster
 from tests.deployment.machines import CeleryMachines
 from tests.fixtures.fix_netns import MachinesUnavailable, check_available
-from tests.fixtures.fix_pg import PgCluster
 
 KEEP_ENV = "ETL_CRAFT_DEPLOYMENT_KEEP"
 #: With 1 (as in CI), a missing piece of the several-machines tier fails its tests instead of skipping them.

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from celery import Celery
 
-from tests.deployment.harness import PG_SECRET_VAR, AirflowDeployment
-from tests.fixtures.fix_airflow import airflow_cli
+from harness.airflow_home import airflow_cli
+from harness.deployment import PG_SECRET_VAR, AirflowDeployment
 from tests.fixtures.fix_netns import Machines
 
 #: How long a worker may take to start and answer a ping (two cores, other components busy).

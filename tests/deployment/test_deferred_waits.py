@@ -16,10 +16,10 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.conftest import EngineSetup, pg_profile_yaml, write_config
+from harness.deployment import AirflowDeployment, Engine
+from harness.engines import EngineSetup, pg_profile_yaml, write_config
+from harness.postgres import PgCluster, PgDatabase, find_bindir
 from tests.deployment.dags import HOLD_DAG, render
-from tests.deployment.harness import AirflowDeployment, Engine
-from tests.fixtures.fix_pg import PgCluster, PgDatabase, find_bindir
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres]
 

@@ -1,5 +1,5 @@
 """Pipeline DAGs run by a real Airflow 3 deployment (api-server, scheduler, dag-processor, triggerer,
-LocalExecutor; see ``harness.py``): the exact AUD_ rows each scenario leaves in the Engine DB.
+LocalExecutor; see ``harness/deployment.py``): the exact AUD_ rows each scenario leaves in the Engine DB.
 
 Every test uses its own DAG ids and pipeline codes on the session's one deployment.
 """
@@ -18,8 +18,8 @@ import pytest
 
 from airflow_provider_etl_craft.example_dags import demo
 from airflow_provider_etl_craft.plugins.links import run_page
+from harness.deployment import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
 from tests.deployment.dags import HOLD_DAG, KILLED_DAG, RETRY_DAG, render
-from tests.deployment.harness import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres]
 

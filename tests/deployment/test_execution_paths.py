@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
+from harness.deployment import AirflowDeployment, Engine
 from tests.deployment.dags import (
     DEFER_DAG,
     DEFER_HELD_DAG,
@@ -23,7 +24,6 @@ from tests.deployment.dags import (
     SENSOR_DAG,
     render,
 )
-from tests.deployment.harness import AirflowDeployment, Engine
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EngineSetup, write_config
-from tests.deployment.harness import AirflowDeployment, Engine
+from harness.deployment import AirflowDeployment, Engine
+from harness.engines import EngineSetup, write_config
 from tests.deployment.test_deferred_waits import check_handed_over, hold_then_wait, watching
 from tests.failover.conftest import SCHEMA, SECRET_VAR, USER, jdbc_url, profile_yaml
 from tests.fixtures.fix_pg_standby import PgPair

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
+from harness.deployment import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
 from tests.deployment.dags import CELERY_SPREAD_DAG, CELERY_VICTIM_DAG, render
-from tests.deployment.harness import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
 from tests.deployment.machines import CeleryMachines
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres, pytest.mark.machines]

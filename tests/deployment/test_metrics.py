@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.deployment import AirflowDeployment
+from harness.statsd import Metric, named
 from tests.deployment.dags import render
-from tests.deployment.harness import AirflowDeployment
 from tests.deployment.test_deferred_waits import DEFERRED_HOLD_DAG, check_handed_over
-from tests.fixtures.fix_statsd import Metric, named
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from harness.deployment import AirflowDeployment
 from tests.deployment.dags import _HEADER, render
-from tests.deployment.harness import AirflowDeployment
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres]
 

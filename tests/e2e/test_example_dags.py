@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_etl_craft.example_dags import demo
 from airflow_provider_etl_craft.testing import check_dag_against_engine, run_dag_test
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 from tests.fixtures.fix_airflow import dag_bag_class
 
 EXAMPLES = Path(demo.__file__).parent

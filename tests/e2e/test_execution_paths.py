@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup
+from harness.airflow_home import airflow_cli
+from harness.engines import EngineSetup
 from tests.e2e.pipeline_dags import load_dag, write_dag
 from tests.e2e.test_pipeline_lifecycle import Pipeline, dag_id
-from tests.fixtures.fix_airflow import airflow_cli
 
 pytestmark = pytest.mark.e2e
 

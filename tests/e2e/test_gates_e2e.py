@@ -16,7 +16,7 @@ import pytest
 from airflow_provider_etl_craft.cli.main import main as cli_main
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 from tests.e2e import pipeline_dags
 from tests.e2e.pipeline_dags import load_dag, write_dag
 from tests.e2e.test_pipeline_lifecycle import wait_for

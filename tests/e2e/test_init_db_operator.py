@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 
 pytestmark = pytest.mark.e2e
 

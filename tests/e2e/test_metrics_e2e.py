@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMOKE_ON_SQLITE, EngineSetup
+from harness.engines import EngineSetup
+from harness.statsd import StatsdListener, named
+from tests.conftest import SMOKE_ON_SQLITE
 from tests.e2e import pipeline_dags
 from tests.e2e.pipeline_dags import PIPELINE_DAG, UNKNOWN_TASK_DAG, write_dag
 from tests.e2e.test_pipeline_lifecycle import Pipeline
-from tests.fixtures.fix_statsd import StatsdListener, named
 
 pytestmark = pytest.mark.e2e
 

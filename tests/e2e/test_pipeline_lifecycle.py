@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 from tests.e2e import pipeline_dags
 from tests.e2e.pipeline_dags import NO_FINISH_DAG, PIPELINE_DAG, UNKNOWN_TASK_DAG, load_dag, write_dag
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.e2e.pipeline_dags import load_dag, write_dag
 from tests.e2e.test_pipeline_lifecycle import Pipeline
 

@@ -12,7 +12,7 @@ import psycopg2
 import psycopg2.extensions
 import pytest
 
-from tests.conftest import EngineSetup, write_config
+from harness.engines import EngineSetup, write_config
 from tests.failover.floating import FloatingAddress
 from tests.fixtures.fix_pg_standby import PgPair
 from tests.reliability.conftest import Pool, pipeline_sql

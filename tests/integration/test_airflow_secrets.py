@@ -22,7 +22,7 @@ from psycopg2 import sql
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from tests.conftest import write_config
+from harness.engines import write_config
 
 pytestmark = pytest.mark.postgres
 

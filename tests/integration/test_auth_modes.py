@@ -28,8 +28,8 @@ from airflow_provider_etl_craft.auth.sso import check_libpq
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreachableError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from tests.conftest import write_config
-from tests.fixtures.fix_pg import CERT_ROLE, SSO_ROLE, PgCluster
+from harness.engines import write_config
+from harness.postgres import CERT_ROLE, SSO_ROLE, PgCluster
 
 pytestmark = pytest.mark.postgres
 

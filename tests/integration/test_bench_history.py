@@ -10,16 +10,17 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main as bench_main
-from tests.fixtures import fix_pg
+from harness.postgres import PostgresUnavailable, find_bindir
+from tests.fixtures.fix_pg import _unavailable
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_the_quick_history_and_purge_parts_run_end_to_end(dialect: str, tmp_path: Path) -> None:
     if dialect == "postgresql":
         try:
-            fix_pg.find_bindir()
-        except fix_pg.PostgresUnavailable as exc:
-            raise fix_pg._unavailable(str(exc)) from None
+            find_bindir()
+        except PostgresUnavailable as exc:
+            raise _unavailable(str(exc)) from None
     out = tmp_path / "results.json"
     argv = ["--quick", "--only", "history,purge", "--history-dialects", dialect, "--out", str(out)]
     assert bench_main([*argv, "--history-repeats", "2", "--cli-repeats", "1", "--purge-baseline", "0.5"]) == 0

@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_etl_craft.auth import AUTH_MODES
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine import doctor
-from tests.conftest import EngineSetup, write_config
+from harness.engines import EngineSetup, write_config
 
 LINE = re.compile(r"^\[(OK  |WARN|FAIL)\] ([^:]+): (.+)$")
 SUMMARY = re.compile(r"^(\d+) ok, (\d+) warning\(s\), (\d+) failed$")

@@ -36,8 +36,8 @@ from airflow_provider_etl_craft.errors import EngineDBError, EtlCraftError, Lock
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity, RunLifecycle, TaskCounts
 from airflow_provider_etl_craft.runs.gates import GateSkipped
-from tests.conftest import EngineSetup, engine_rows, pg_profile_yaml, write_config
-from tests.fixtures.fix_pg import SSO_ROLE, PgCluster, PgDatabase
+from harness.engines import EngineSetup, engine_rows, pg_profile_yaml, write_config
+from harness.postgres import SSO_ROLE, PgCluster, PgDatabase
 
 FUNCTIONS_VERSION = "0003_claim_finish_functions.sql"
 

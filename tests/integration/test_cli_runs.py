@@ -17,7 +17,7 @@ import pytest
 
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.runs.counts import TaskCounts
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.fixtures.run_history import (
     HOST,
     LONG_ERROR,

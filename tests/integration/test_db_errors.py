@@ -24,8 +24,8 @@ from airflow_provider_etl_craft.errors import ConfigurationError, EngineDBError,
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs import RunIdentity
 from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
-from tests.conftest import EngineSetup, pg_profile_yaml, write_config
-from tests.fixtures.fix_pg import PgCluster, PgDatabase
+from harness.engines import EngineSetup, pg_profile_yaml, write_config
+from harness.postgres import PgCluster, PgDatabase
 
 CLI = str(Path(sys.executable).with_name("etl-craft-airflow"))
 

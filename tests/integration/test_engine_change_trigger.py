@@ -24,8 +24,9 @@ from airflow_provider_etl_craft.runs import RunIdentity
 from airflow_provider_etl_craft.runs.changes import watch_state
 from airflow_provider_etl_craft.triggers import wait_hub
 from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
-from tests.conftest import EngineSetup, pg_profile_yaml, write_config
-from tests.fixtures.fix_pg import REQUIRE_ENV, PgCluster, PgDatabase, PostgresUnavailable, find_bindir
+from harness.engines import EngineSetup, pg_profile_yaml, write_config
+from harness.postgres import PgCluster, PgDatabase, PostgresUnavailable, find_bindir
+from tests.fixtures.fix_pg import REQUIRE_ENV
 from tests.reliability.conftest import seed, wait_until
 
 WAITED, OTHER = "WAITED", "OTHER"

@@ -14,7 +14,7 @@ from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine.dialects.sqlite import check_sqlite_version
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from tests.conftest import EngineSetup, pg_profile_yaml, write_config
+from harness.engines import EngineSetup, pg_profile_yaml, write_config
 
 
 def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(make_engine) -> None:

@@ -17,7 +17,7 @@ from airflow_provider_etl_craft.engine.schema import SCHEMA_VERSION, checksum, l
 from airflow_provider_etl_craft.errors import EngineDBError
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 
 PENDING = (
     "0002_map_index.sql",

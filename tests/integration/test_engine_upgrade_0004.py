@@ -28,7 +28,7 @@ from airflow_provider_etl_craft.engine.schema import (
 from airflow_provider_etl_craft.errors import MigrationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-from tests.conftest import EngineSetup, engine_rows, pg_profile_yaml, write_config
+from harness.engines import EngineSetup, engine_rows, pg_profile_yaml, write_config
 
 PREVIOUS = ("0002_map_index.sql", "0003_claim_finish_functions.sql")
 NEW = "0004_cfg_semantics.sql"

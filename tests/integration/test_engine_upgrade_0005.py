@@ -16,7 +16,7 @@ from airflow_provider_etl_craft.engine.schema import (
     schema_text,
 )
 from airflow_provider_etl_craft.runs.purge import Purge
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 from tests.integration import test_engine_upgrade_0004 as at_0004_tests
 from tests.integration.test_engine_upgrade_0004 import SEED, TABLES, catalog, cli, engine_versions, everything
 

@@ -22,7 +22,7 @@ from airflow_provider_etl_craft.engine.schema import (
 )
 from airflow_provider_etl_craft.engine.shared import adoption_steps
 from airflow_provider_etl_craft.runs.queries import _LATEST_RUNS
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 from tests.fixtures.etl_craft_made import (
     ADDED_INDEXES,
     added_indexes,

@@ -34,8 +34,8 @@ from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs import RunIdentity
 from airflow_provider_etl_craft.triggers.engine_change import EngineChangeTrigger
-from tests.conftest import write_config
-from tests.fixtures.fix_pg import PgCluster, PgDatabase, _server_os_user, _write, find_bindir
+from harness.engines import write_config
+from harness.postgres import PgCluster, PgDatabase, _server_os_user, _write, find_bindir
 from tests.integration.loopback_peer import Peer
 from tests.integration.test_multihost import closed_port
 from tests.reliability.conftest import pipeline_sql

@@ -22,7 +22,7 @@ from airflow_provider_etl_craft.errors import RunStateError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity, RunLifecycle, TaskCounts
 from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 
 TYPES = ("SUCCESS", "FAILURE", "ALWAYS", "HAS_DATA")
 STATES = ("NONE", "IN-PROGRESS", "SUCCESS_ROWS", "SUCCESS_NO_ROWS", "FAILED", "SKIPPED", "CANCELLED")

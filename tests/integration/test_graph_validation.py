@@ -37,7 +37,7 @@ from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs import RunIdentity
 from airflow_provider_etl_craft.task_groups import etl_craft_pipeline
 from airflow_provider_etl_craft.testing import assert_dag_matches_engine, check_dag_against_engine
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 
 
 def _pipeline(code: str, active: str = "Y") -> str:

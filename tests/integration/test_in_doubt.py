@@ -22,7 +22,7 @@ from airflow_provider_etl_craft.errors import EngineUnreachableError, StaleTrans
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity, RunLifecycle
 from airflow_provider_etl_craft.runs.gates import GateSkipped
-from tests.conftest import EngineSetup, engine_rows, write_config
+from harness.engines import EngineSetup, engine_rows, write_config
 from tests.fixtures.cut_proxy import CutProxy
 
 pytestmark = pytest.mark.postgres

@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES, SCHEMA_VERSION
 from airflow_provider_etl_craft.errors import EngineDBError, MigrationError
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 
 
 def rows(setup: EngineSetup, sql: str) -> list[tuple]:

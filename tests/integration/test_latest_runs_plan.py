@@ -18,7 +18,7 @@ from airflow_provider_etl_craft.runs.queries import (
     _TREND_RUNS,
     RunQueries,
 )
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.reliability.conftest import pipeline_sql
 
 PIPELINES = 12

@@ -1,7 +1,7 @@
 """The run lifecycle (docs/lifecycle.md) on real Engine DBs, both dialects: the exact AUD_ rows each step writes.
 
 Every test sets up the Engine DB with a project migration (written below into ``tmp_path``) and reads the
-rows back through the dialect (``tests.conftest.engine_rows``).
+rows back through the dialect (``harness.engines.engine_rows``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from airflow_provider_etl_craft.errors import (
 )
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import AttemptHandle, RunIdentity, RunLifecycle, RunRow, TaskCounts
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 
 # -- the project migration -------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import pytest
 
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 
 SPAWN = multiprocessing.get_context("spawn")
 TIMEOUT = 120.0

@@ -20,7 +20,7 @@ from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine.locks import advisory_key
 from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
 from airflow_provider_etl_craft.errors import ConfigurationError, LockTimeoutError
-from tests.conftest import EngineSetup, pg_profile_yaml, write_config
+from harness.engines import EngineSetup, pg_profile_yaml, write_config
 
 HOLDER = """
 import sys

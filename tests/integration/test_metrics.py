@@ -19,8 +19,9 @@ import pytest
 
 from airflow_provider_etl_craft.runs import RunIdentity, events
 from airflow_provider_etl_craft.runs.finish import run_duration
-from tests.conftest import SMOKE_ON_SQLITE, EngineSetup, engine_rows
-from tests.fixtures.fix_statsd import Metric, StatsdListener, named
+from harness.engines import EngineSetup, engine_rows
+from harness.statsd import Metric, StatsdListener, named
+from tests.conftest import SMOKE_ON_SQLITE
 from tests.reliability.conftest import pipeline_sql, seed
 
 

@@ -14,8 +14,8 @@ from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreachableError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity
-from tests.conftest import EngineSetup, write_config
-from tests.fixtures.fix_pg import PgDatabase
+from harness.engines import EngineSetup, write_config
+from harness.postgres import PgDatabase
 from tests.reliability.conftest import pipeline_sql
 
 SECRET_VAR = "MULTI_ENGINE_SECRET"

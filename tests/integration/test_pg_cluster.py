@@ -9,7 +9,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.fixtures.fix_pg import PASSWORD_ROLES, PgCluster, PgDatabase
+from harness.postgres import PASSWORD_ROLES, PgCluster, PgDatabase
 
 pytestmark = pytest.mark.postgres
 

@@ -13,7 +13,7 @@ from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs import RunIdentity
-from tests.fixtures.fix_pg import PgDatabase
+from harness.postgres import PgDatabase
 from tests.reliability.conftest import pipeline_sql
 
 pytestmark = pytest.mark.postgres

@@ -27,7 +27,7 @@ from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
 from airflow_provider_etl_craft.runs import purge as purge_module
 from airflow_provider_etl_craft.runs.gates import Edge, Gates
 from airflow_provider_etl_craft.runs.purge import MANIFEST, TABLES, Purge
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 from tests.integration.test_gates import Db, migration
 
 KEYS = dict(TABLES)

@@ -25,8 +25,8 @@ from airflow_provider_etl_craft.errors import ConfigurationError, EngineUnreacha
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.runs import RunIdentity
-from tests.conftest import write_config
-from tests.fixtures.fix_pg import CERT_ROLE, PgCluster, PgDatabase, _server_os_user, _write, find_bindir
+from harness.engines import write_config
+from harness.postgres import CERT_ROLE, PgCluster, PgDatabase, _server_os_user, _write, find_bindir
 from tests.integration.loopback_peer import Peer
 
 pytestmark = pytest.mark.postgres

@@ -21,7 +21,7 @@ from airflow_provider_etl_craft.engine.schema import SCHEMA_VERSION, current_mar
 from airflow_provider_etl_craft.engine.shared import PROVIDER_LEDGER
 from airflow_provider_etl_craft.errors import EngineDBError
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 from tests.fixtures.etl_craft_made import (
     ADDED_INDEXES,
     ETL_CRAFT_VERSIONS,

@@ -22,8 +22,8 @@ import pytest
 
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup, write_config
-from tests.fixtures.fix_pg import SSO_ROLE, PgCluster
+from harness.engines import EngineSetup, write_config
+from harness.postgres import SSO_ROLE, PgCluster
 from tests.reliability.conftest import seed
 
 HOOK_PAGE = Path(__file__).resolve().parents[2] / "docs" / "hook.md"

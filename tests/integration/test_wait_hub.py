@@ -23,7 +23,7 @@ import pytest
 from airflow_provider_etl_craft.engine.dialects.postgresql import DEFAULT_APPLICATION_NAME
 from airflow_provider_etl_craft.runs import RunIdentity
 from airflow_provider_etl_craft.runs.changes import watch_state
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.integration.wait_hub_process import CONN_ID
 from tests.reliability.conftest import seed
 

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg2.extensions
 import pytest
 
-from tests.conftest import EngineSetup, write_config
-from tests.fixtures.fix_pg import PgDatabase
+from harness.engines import EngineSetup, write_config
+from harness.postgres import PgDatabase
 from tests.fixtures.fix_pgbouncer import MODES, PgBouncer, PgBouncers
 from tests.fixtures.fix_pgbouncer import pgbouncers as pgbouncers  # the session fixture, shared here
 from tests.reliability.conftest import Pool

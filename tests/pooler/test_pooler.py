@@ -23,9 +23,9 @@ from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine.schema import ENGINE_TABLES
 from airflow_provider_etl_craft.runs import RunIdentity
 from airflow_provider_etl_craft.testing import run_dag_test
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
+from harness.postgres import PgDatabase
 from tests.e2e.test_example_dags import EXAMPLES, load_dag
-from tests.fixtures.fix_pg import PgDatabase
 from tests.fixtures.fix_pgbouncer import PgBouncer
 from tests.pooler import workers
 from tests.pooler.conftest import (

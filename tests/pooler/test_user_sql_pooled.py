@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from tests.conftest import EngineSetup, write_config
-from tests.fixtures.fix_pg import PgCluster, PgDatabase
+from harness.engines import EngineSetup, write_config
+from harness.postgres import PgCluster, PgDatabase
 from tests.fixtures.fix_pgbouncer import PgBouncer, PgBouncerUnavailable, _unavailable, find_pgbouncer
 from tests.integration.test_user_sql import (
     ACTIVE,

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import EngineSetup, engine_rows
+from harness.engines import EngineSetup, engine_rows
 from tests.reliability import workers
 
 SPAWN = multiprocessing.get_context("spawn")

@@ -28,7 +28,7 @@ from airflow_provider_etl_craft.errors import ConfigurationError, EtlCraftError,
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
 from airflow_provider_etl_craft.runs.counts import MAX_ERROR_CHARS
 from airflow_provider_etl_craft.runs.identity import check_code
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.reliability.conftest import rows, scalar, seed, table_counts
 
 SQL_IN_A_CODE = "X'; DROP TABLE CFG_TASKS;--"

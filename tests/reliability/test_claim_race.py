@@ -22,7 +22,7 @@ import pytest
 
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.runs import RunIdentity
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.reliability import workers
 from tests.reliability.conftest import Job, Pool, rows, scalar, seed, wait_until
 

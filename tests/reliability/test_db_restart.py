@@ -8,7 +8,7 @@ task over. The run must end SUCCESS with exactly one row per run, task run and r
 The order is forced, not timed: the server is stopped (and waited for) before the task, and started again
 (and waited for) only after the task's first try has failed, by that task's retry callback.
 
-The server restarted here is a dedicated cluster (``PgCluster`` from tests/fixtures/fix_pg.py) created for
+The server restarted here is a dedicated cluster (``PgCluster`` from harness/postgres.py) created for
 this module, never the session's shared one.
 """
 
@@ -29,8 +29,9 @@ import pytest
 
 from airflow_provider_etl_craft.errors import EngineUnreachableError
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
-from tests.conftest import EngineSetup, pg_profile_yaml, write_config
-from tests.fixtures.fix_pg import REQUIRE_ENV, PgCluster, PgDatabase, PostgresUnavailable, find_bindir
+from harness.engines import EngineSetup, pg_profile_yaml, write_config
+from harness.postgres import PgCluster, PgDatabase, PostgresUnavailable, find_bindir
+from tests.fixtures.fix_pg import REQUIRE_ENV
 from tests.reliability.conftest import rows, seed
 
 pytestmark = pytest.mark.postgres

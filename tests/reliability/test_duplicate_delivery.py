@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow_provider_etl_craft.errors import StaleTransitionError
 from airflow_provider_etl_craft.runs import AttemptHandle, RunIdentity, TaskCounts
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.reliability import workers
 from tests.reliability.conftest import Pool, rows, seed
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.reliability import workers
 from tests.reliability.conftest import Pool
 

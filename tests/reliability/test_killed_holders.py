@@ -15,7 +15,7 @@ import pytest
 
 from airflow_provider_etl_craft.errors import LockTimeoutError
 from airflow_provider_etl_craft.runs import RunIdentity, TaskCounts
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.reliability.conftest import Child, rows, scalar, seed
 
 PIPELINE, TASK = "KILLED", "STEP"

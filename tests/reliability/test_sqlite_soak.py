@@ -17,7 +17,7 @@ from contextlib import closing
 import pytest
 
 from airflow_provider_etl_craft.runs import RunIdentity
-from tests.conftest import EngineSetup
+from harness.engines import EngineSetup
 from tests.reliability import workers
 from tests.reliability.conftest import Pool, rows, seed
 

@@ -12,7 +12,7 @@ from airflow_provider_etl_craft.config import load_engine_profile
 from airflow_provider_etl_craft.engine.dialects import dialect_for
 from airflow_provider_etl_craft.engine.dialects.postgresql import KEEPALIVE_DEFAULTS
 from airflow_provider_etl_craft.errors import EngineUnreachableError
-from tests.conftest import write_config
+from harness.engines import write_config
 
 
 def connect_kwargs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, query: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from airflow_provider_etl_craft.config import load_engine_profile
 from airflow_provider_etl_craft.engine.dialects import dialect_for
 from airflow_provider_etl_craft.engine.url import PostgresTarget, parse_jdbc_url
 from airflow_provider_etl_craft.errors import ConfigurationError
-from tests.conftest import write_config
+from harness.engines import write_config
 
 SETTING = "Engine.prod.jdbc_url"
 TWO = "jdbc:postgresql://pg-a.internal:5432,pg-b.internal:5433/engine"

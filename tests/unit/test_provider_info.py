@@ -12,7 +12,7 @@ import pytest
 
 from airflow_provider_etl_craft.get_provider_info import get_provider_info
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from tests.fixtures.fix_airflow import airflow_cli
+from harness.airflow_home import airflow_cli
 
 pytestmark = pytest.mark.smoke
 

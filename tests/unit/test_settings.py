@@ -18,7 +18,7 @@ from airflow_provider_etl_craft.operators.pipeline_run import (
 )
 from airflow_provider_etl_craft.settings import OPTIONS, setting
 from airflow_provider_etl_craft.task_groups import etl_craft_pipeline
-from tests.fixtures.fix_airflow import airflow_cli
+from harness.airflow_home import airflow_cli
 
 
 def test_the_provider_info_declares_every_option_with_its_default() -> None:

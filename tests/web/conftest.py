@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 import airflow
 import pytest
 
-from tests.deployment.harness import WEB_USERS, AirflowDeployment
-from tests.fixtures.fix_pg import PgCluster
+from harness.deployment import WEB_USERS, AirflowDeployment
+from harness.postgres import PgCluster
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from airflow_provider_etl_craft.cli.main import main
-from tests.conftest import EngineSetup, engine_rows
-from tests.deployment.harness import AirflowDeployment
+from harness.deployment import AirflowDeployment
+from harness.engines import EngineSetup, engine_rows
 from tests.fixtures.run_history import Runs, add_gate_and_intervention, write_runs
 
 pytestmark = [pytest.mark.web, pytest.mark.postgres, pytest.mark.smoke]

@@ -24,9 +24,9 @@ import pytest
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.gates import GateSkipped
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-from tests.conftest import engine_rows
-from tests.deployment.harness import AirflowDeployment
-from tests.fixtures.fix_airflow import airflow_cli
+from harness.airflow_home import airflow_cli
+from harness.deployment import AirflowDeployment
+from harness.engines import engine_rows
 from tests.web.conftest import needs_plugin_ui, shot, sign_in
 
 if TYPE_CHECKING:

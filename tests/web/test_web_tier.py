@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.deployment.harness import AirflowDeployment
+from harness.deployment import AirflowDeployment
 from tests.web.conftest import shot, sign_in
 
 if TYPE_CHECKING:

@@ -1,9 +1,10 @@
 """A real Airflow 3 deployment for the tests: api-server, scheduler, dag-processor and triggerer processes.
 
-One deployment runs per pytest session (fixture ``deployment`` in ``tests/deployment/conftest.py``). It has
+One deployment runs per pytest session (fixture ``deployment`` in ``tests/deployment/conftest.py``), and one
+in the benchmark's real-scheduler part (``bench/scheduler.py``). It has
 its own AIRFLOW_HOME and DAGs folder under ``/tmp/etl-craft-deployment-*``, ``LocalExecutor`` (plus
 ``CeleryExecutor`` with a Redis broker on a free port, when the celery provider and ``redis-server`` are
-there: tasks that ask for it run on the workers of ``machines.py``), and its metadata DB on the session's
+there: tasks that ask for it run on the workers of ``tests/deployment/machines.py``), and its metadata DB on the session's
 throwaway PostgreSQL cluster. Three Engine DBs are exposed to every Airflow
 process as env connections: ``etl_craft_pg`` (a PostgreSQL database on the same cluster) and
 ``etl_craft_sqlite`` (a SQLite file), both initialised and migrated, and ``etl_craft_default``
@@ -59,10 +60,10 @@ import psutil
 import psycopg2
 
 from airflow_provider_etl_craft.example_dags import demo
-from tests.conftest import EngineSetup, engine_rows, pg_profile_yaml, write_config
-from tests.fixtures.fix_airflow import airflow_cli
-from tests.fixtures.fix_pg import PgCluster, PgDatabase
-from tests.fixtures.fix_statsd import StatsdListener
+from harness.airflow_home import airflow_cli
+from harness.engines import EngineSetup, engine_rows, pg_profile_yaml, write_config
+from harness.postgres import PgCluster, PgDatabase
+from harness.statsd import StatsdListener
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: The web flavour's only component.
@@ -282,7 +283,7 @@ class AirflowDeployment:
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
     _meta: PgDatabase | None = field(default=None, repr=False)
     #: The session's StatsD server: every Airflow process's ``[metrics]`` sends to it, tags InfluxDB-style
-    #: (bound before any component starts; see ``tests/fixtures/fix_statsd.py``).
+    #: (bound before any component starts; see ``harness/statsd.py``).
     statsd: StatsdListener | None = field(default=None, repr=False)
 
     # -- layout ----------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
+from operator import methodcaller
 from typing import Any
 
 from airflow_provider_etl_craft.runs.counts import TaskCounts
@@ -58,11 +59,8 @@ def run_pipeline(lifecycle_for: Callable[[str], AbstractContextManager[Any]], pi
     if outcome.action != "CREATED":
         raise RuntimeError(f"claim of {identity.run_key} returned {outcome.action}, expected CREATED")
     for code in codes:
-        handle = step("start_task", lambda lc, code=code: lc.start_task(pipeline_code, code, identity, 1))
-        step(
-            "finish_task",
-            lambda lc, handle=handle: lc.finish_task(handle, "SUCCESS", TaskCounts(rows_written=1)),
-        )
+        handle = step("start_task", methodcaller("start_task", pipeline_code, code, identity, 1))
+        step("finish_task", methodcaller("finish_task", handle, "SUCCESS", TaskCounts(rows_written=1)))
     finished = step(
         "finish_run", lambda lc: lc.finish_run(pipeline_code, identity, dict.fromkeys(codes, "success"))
     )

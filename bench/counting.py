@@ -287,7 +287,8 @@ def _probe_setup_statements(counter: RoundTripCounter) -> Iterator[Callable[[Any
 
     def detach(raw: Any) -> None:
         if isinstance(raw, psycopg2.extensions.connection) and raw.cursor_factory is SetupCursor:
-            raw.cursor_factory = None  # back to the plain cursor
+            # Back to the plain cursor; types-psycopg2 leaves None out of cursor_factory's type.
+            raw.cursor_factory = None  # type: ignore[assignment]
         elif isinstance(raw, TracedSqliteConnection):
             raw.set_trace_callback(None)
 

@@ -202,6 +202,7 @@ def machine(pg: PgServer | None) -> dict[str, Any]:
         "postgresql_build": pg.version_string if pg else None,
         "postgresql_settings": "fsync=off, synchronous_commit=off, full_page_writes=off, TLS (sslmode=require), "
         "scram-sha-256 login (the test cluster's settings)",
-        "psycopg2": psycopg2.__version__.split()[0],
+        # types-psycopg2 declares no __version__ (psycopg2 has it: "2.9.10 (dt dec pq3 ext lo64)").
+        "psycopg2": psycopg2.__version__.split()[0],  # type: ignore[attr-defined]
         "airflow": airflow_version,
     }

@@ -118,7 +118,8 @@ def child(dag_file: Path, logical_date: str) -> dict[str, Any]:
     execute = cls.execute
     marks: dict[str, float] = {}
 
-    profile_to = os.environ.get("ETL_CRAFT_BENCH_PROFILE")  # a cProfile of execute, to see where time goes
+    # A cProfile of execute, to see where time goes.
+    profile_to = os.environ.get("ETL_CRAFT_BENCH_PROFILE", "")
 
     def timed_execute(self: Any, context: Any) -> Any:
         profiler = None

@@ -78,7 +78,7 @@ def measure(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
                 (pg.database.name, DEFAULT_APPLICATION_NAME),
             )
-            sessions = int(cur.fetchone()[0])
+            sessions = int(engines.scalar(cur))
         log(f"  {len(waits)} waits registered in {registered_s:.1f} s on {sessions} Engine DB session(s)")
         finished: dict[str, float] = {}
         with hook.lifecycle() as lc:

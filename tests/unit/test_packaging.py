@@ -29,6 +29,11 @@ def test_wheel_contains_schema_files_examples_and_entry_points(tmp_path: Path) -
     for name in ("index.html", "app.js", "app.css"):  # the plugin's page, served from the package
         assert f"airflow_provider_etl_craft/plugins/ui/{name}" in names
     assert "etl_craft = airflow_provider_etl_craft.plugins.plugin:EtlCraftPlugin" in entry_points
+    # Only the package: the test and benchmark helpers (harness/, tests/, bench/) run from a checkout.
+    assert {name.split("/")[0] for name in names if "/" in name} == {
+        "airflow_provider_etl_craft",
+        *(n.split("/")[0] for n in names if ".dist-info/" in n),
+    }
 
 
 def zf_text(wheel: Path, name: str) -> str:

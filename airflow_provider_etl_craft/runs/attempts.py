@@ -10,8 +10,21 @@ from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.errors import StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import TaskCounts, clean_text
 from airflow_provider_etl_craft.runs.mapped import IndexAttempt, settle
-from airflow_provider_etl_craft.runs.records import ATTEMPT_ENDS, SKIP_NOTE, AttemptHandle, map_key
+from airflow_provider_etl_craft.runs.records import SKIP_NOTE, AttemptHandle, map_key
 from airflow_provider_etl_craft.runs.transition import Transition
+from airflow_provider_etl_craft.runs.vocabulary import (
+    ATTEMPT_ENDS,
+    LIVE_SQL,
+    AttemptEnd,
+    AttemptStatus,
+    TaskRunStatus,
+)
+
+#: Park a RUNNING attempt QUEUED; parameters: now (queued at), now (heartbeat), note, attempt id, owner.
+_PARK = (
+    f"UPDATE AUD_TASK_ATTEMPTS SET STATUS = '{AttemptStatus.QUEUED}', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "  # noqa: S608 - constant SQL
+    f"WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = '{AttemptStatus.RUNNING}'"
+)
 
 
 class ParkAttempt(Transition):
@@ -33,11 +46,10 @@ class ParkAttempt(Transition):
         now_db = self.now()[1]
         updated = self.engine.write_alone(
             self.conn,
-            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'QUEUED', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "
-            "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = 'RUNNING'",
+            _PARK,
             (now_db, now_db, clean_text(note), handle.attempt_id, handle.owner_id),
         ).rowcount
-        if updated != 1 and not left_as(self, handle, "QUEUED"):
+        if updated != 1 and not left_as(self, handle, AttemptStatus.QUEUED):
             raise closed_by_someone_else(handle)
 
 
@@ -45,8 +57,8 @@ class ParkAttempt(Transition):
 class _Ending:
     """What an ended attempt writes to its row and its task run's."""
 
-    attempt_status: str
-    run_status: str
+    attempt_status: AttemptStatus
+    run_status: TaskRunStatus
     counts: tuple[int | None, ...]
     error: str | None
     #: TASK_LOG (a skip's reason; None keeps the row's).
@@ -68,7 +80,7 @@ class EndAttempt(Transition):
     def __call__(
         self,
         handle: AttemptHandle,
-        status: str,
+        status: AttemptEnd | str,
         counts: TaskCounts | None = None,
         error: str | None = None,
         map_count: int | None = None,
@@ -87,12 +99,12 @@ class EndAttempt(Transition):
             raise ValueError(f"an attempt ends {', '.join(ATTEMPT_ENDS)}, not {status!r}")
         message = None if error is None else clean_text(error)
         note = None
-        if status == "SKIPPED":
+        if status == AttemptEnd.SKIPPED:
             note, message = clean_text(SKIP_NOTE + (error or "")), None
         ending = _Ending(
-            *ATTEMPT_ENDS[status], (counts or TaskCounts()).values(), message, note, self.now()[1]
+            *ATTEMPT_ENDS[AttemptEnd(status)], (counts or TaskCounts()).values(), message, note, self.now()[1]
         )
-        consume = status == "SUCCESS" and handle.consumes
+        consume = status == AttemptEnd.SUCCESS and handle.consumes
         if note is None and handle.map_index is None and not consume:
             at_once = (ending.attempt_status, ending.now_db, ending.now_db, *ending.counts, message)
             at_once += (
@@ -121,10 +133,10 @@ class EndAttempt(Transition):
         with self.engine.transaction(self.conn) as cur:
             updated = self.exec(
                 cur,
-                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "  # noqa: S608 - constant SQL
                 "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, "
                 "ERROR_MESSAGE = ?, TASK_LOG = COALESCE(?, TASK_LOG) WHERE ATTEMPT_ID = ? AND OWNER_ID = ? "
-                "AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')",
+                f"AND STATUS IN {LIVE_SQL}",
                 (
                     ending.attempt_status,
                     now_db,
@@ -173,8 +185,8 @@ def settle_mapped(
         "ORDER BY COALESCE(MAP_INDEX, -1), ATTEMPT_NUMBER",
         (task_run_id,),
     ).fetchall():
-        skipped = status == "CANCELLED" and (log or "").startswith(SKIP_NOTE)
-        latest[map_key(map_index)] = IndexAttempt(status, skipped, error, counts)
+        skipped = status == AttemptStatus.CANCELLED and (log or "").startswith(SKIP_NOTE)
+        latest[map_key(map_index)] = IndexAttempt(AttemptStatus(status), skipped, error, counts)
     settled = settle(latest, map_count)
     transition.exec(
         cur,
@@ -183,7 +195,7 @@ def settle_mapped(
         "WHERE TASK_RUN_ID = ?",
         (
             settled.status,
-            None if settled.status == "IN-PROGRESS" else now_db,
+            None if settled.status == TaskRunStatus.IN_PROGRESS else now_db,
             *settled.counts,
             settled.error,
             settled.log,
@@ -193,7 +205,7 @@ def settle_mapped(
     return settled.status
 
 
-def left_as(transition: Transition, handle: AttemptHandle, status: str) -> bool:
+def left_as(transition: Transition, handle: AttemptHandle, status: AttemptStatus) -> bool:
     """Whether the handle's attempt is already ``status`` under the handle's owner: the same call's effect,
     committed while its reply was lost (nobody else writes that owner; a later try or the finish closes it
     LOST)."""

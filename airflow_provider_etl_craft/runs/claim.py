@@ -16,6 +16,12 @@ from airflow_provider_etl_craft.runs.graph import refuse_invalid
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.records import ClaimOutcome, RunRow
 from airflow_provider_etl_craft.runs.transition import Transition
+from airflow_provider_etl_craft.runs.vocabulary import (
+    LIVE_SQL,
+    ClaimAction,
+    InterventionAction,
+    RunStatus,
+)
 
 #: The keyed run and any IN-PROGRESS run of the pipeline; parameters: PIPELINE_ID, RUN_KEY.
 _CANDIDATES = (
@@ -79,7 +85,7 @@ class Claim(Transition):
                 outcome = self._claim_run(cur, pipeline_id, pipeline_code, identity)
         except self.engine.integrity_error() as exc:
             raise self.conflict(exc, f"claiming {identity.run_key} for {pipeline_code}") from None
-        if lenient and outcome.action in ("CREATED", "REOPENED", "RESUMED"):
+        if lenient and outcome.action in (ClaimAction.CREATED, ClaimAction.REOPENED, ClaimAction.RESUMED):
             return ClaimOutcome(
                 outcome.action, outcome.pipeline_run_id, reason=outcome.reason, lenient_tasks=lenient
             )
@@ -136,9 +142,9 @@ class Claim(Transition):
     def _answered(self, row: Row) -> ClaimOutcome:
         """The outcome of a claim the one call decided (see :meth:`EngineDialect.claim_at_once`)."""
         action, lenient, run = row[0], tuple(sorted(row[1] or ())), row[2:]
-        if action == "BLOCKED":
-            return ClaimOutcome("BLOCKED", blocking=self.run_row(run))
-        return ClaimOutcome(action, int(run[0]), lenient_tasks=lenient)
+        if action == ClaimAction.BLOCKED:
+            return ClaimOutcome(ClaimAction.BLOCKED, blocking=self.run_row(run))
+        return ClaimOutcome(ClaimAction(action), int(run[0]), lenient_tasks=lenient)
 
     def _lenient(
         self, cur: Cursor, pipeline_id: int, code: str, task_codes: Collection[str], where: str
@@ -170,45 +176,46 @@ class Claim(Transition):
             self.run_row(r) for r in self.exec(cur, _CANDIDATES, (pipeline_id, identity.run_key)).fetchall()
         ]
         mine = next((r for r in rows if r.run_key == identity.run_key), None)
-        if mine is not None and mine.status == "IN-PROGRESS":
-            return ClaimOutcome("RESUMED", mine.pipeline_run_id)
+        if mine is not None and mine.status == RunStatus.IN_PROGRESS:
+            return ClaimOutcome(ClaimAction.RESUMED, mine.pipeline_run_id)
         if mine is not None and self.repeating and self.stamped(mine.start_date):
             return ClaimOutcome(
-                "SKIPPED",
+                ClaimAction.SKIPPED,
                 mine.pipeline_run_id,
                 reason=f"{mine.describe()} was recorded by this claim before its reply was lost",
             )
-        blocking = next((r for r in rows if r.status == "IN-PROGRESS"), None)
+        blocking = next((r for r in rows if r.status == RunStatus.IN_PROGRESS), None)
         if blocking is not None:
-            return ClaimOutcome("BLOCKED", blocking=blocking)
+            return ClaimOutcome(ClaimAction.BLOCKED, blocking=blocking)
         pause = self.open_pause(cur, pipeline_id)
         if pause is not None:
             reason = pause.describe(code)
             if mine is not None:  # a cleared DAG run of an ended run: left as it is while paused
-                return ClaimOutcome("SKIPPED", mine.pipeline_run_id, reason=reason)
+                return ClaimOutcome(ClaimAction.SKIPPED, mine.pipeline_run_id, reason=reason)
             run_id = self._insert_run(
-                cur, pipeline_id, identity, "SKIPPED", (pause.paused_by, pause.paused_by_kind)
+                cur, pipeline_id, identity, RunStatus.SKIPPED, (pause.paused_by, pause.paused_by_kind)
             )
-            return ClaimOutcome("SKIPPED", run_id, reason=reason)
+            return ClaimOutcome(ClaimAction.SKIPPED, run_id, reason=reason)
         if mine is not None:
             cleared = f"Airflow DAG run {identity.run_id} of {identity.dag_id} ran again (cleared)"
             self.reopen(cur, mine, identity, cleared)
-            return ClaimOutcome("REOPENED", mine.pipeline_run_id)
+            return ClaimOutcome(ClaimAction.REOPENED, mine.pipeline_run_id)
         return self._judged_insert(cur, pipeline_id, code, identity)
 
     def _judged_insert(self, cur: Cursor, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
         """A new run, IN-PROGRESS or SKIPPED as the pipeline's dependencies decide (nothing while they wait)."""
         edges = self.gates.pipeline_edges(cur, pipeline_id)
         if not edges:
-            return ClaimOutcome("CREATED", self._insert_run(cur, pipeline_id, identity, "IN-PROGRESS"))
+            run_id = self._insert_run(cur, pipeline_id, identity, RunStatus.IN_PROGRESS)
+            return ClaimOutcome(ClaimAction.CREATED, run_id)
         verdict = self.gates.judge(edges, lambda edge: self.gates.observe_latest(cur, edge))
         events.report(events.GATE, pipeline=code, task=None, result=verdict.result)
         if verdict.result == WAIT:
-            return ClaimOutcome("WAITING", reason=f"pipeline {code}: {verdict.reason}")
-        status = "IN-PROGRESS" if verdict.result == SATISFIED else "SKIPPED"
+            return ClaimOutcome(ClaimAction.WAITING, reason=f"pipeline {code}: {verdict.reason}")
+        status = RunStatus.IN_PROGRESS if verdict.result == SATISFIED else RunStatus.SKIPPED
         run_id = self._insert_run(cur, pipeline_id, identity, status, (identity.actor, identity.actor_kind))
         self.gates.record(cur, verdict, run_id, None, self.now()[1])
-        action = "CREATED" if status == "IN-PROGRESS" else "SKIPPED"
+        action = ClaimAction.CREATED if status == RunStatus.IN_PROGRESS else ClaimAction.SKIPPED
         return ClaimOutcome(action, run_id, reason=f"pipeline {code}: {verdict.reason}")
 
     def _insert_run(
@@ -216,13 +223,15 @@ class Claim(Transition):
         cur: Cursor,
         pipeline_id: int,
         identity: RunIdentity,
-        status: str,
+        status: RunStatus,
         ended_by: tuple[str | None, str | None] | None = None,
     ) -> int:
         """Insert the keyed run IN-PROGRESS, or already ended (SKIPPED) with ``ended_by`` (actor, kind)."""
         now_db = self.wrote_at = self.now()[1]
         run_date = None if identity.run_date is None else self.engine.to_db_date(identity.run_date)
-        end, by, kind = (now_db, *ended_by) if status != "IN-PROGRESS" and ended_by else (None, None, None)
+        end, by, kind = (
+            (now_db, *ended_by) if status != RunStatus.IN_PROGRESS and ended_by else (None, None, None)
+        )
         run_id = self.returning(
             cur,
             "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, START_DATE, END_DATE, STATUS, RUN_DATE, BACKFILL, "
@@ -256,15 +265,15 @@ class Abandon(Transition):
         """
         with self.locked(pipeline_code) as cur:
             row = self.exec(cur, _RUN_OF_PIPELINE, (pipeline_run_id, pipeline_code)).fetchone()
-            if row is None or row[2] != "IN-PROGRESS":
+            if row is None or row[2] != RunStatus.IN_PROGRESS:
                 return False
             run = self.run_row(row)
             now_db = self.now()[1]
             note = clean_text(f"abandoned: {reason}")
             self.exec(
                 cur,
-                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "
-                "WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "  # noqa: S608 - constant SQL
+                f"WHERE STATUS IN {LIVE_SQL} "
                 "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?)",
                 (now_db, note, pipeline_run_id),
             )
@@ -281,7 +290,12 @@ class Abandon(Transition):
                 (now_db, identity.actor, identity.actor_kind, pipeline_run_id),
             )
             self.intervention(
-                cur, run, "CANCEL", ("IN-PROGRESS", "CANCELLED"), f"abandoned: {reason}", identity
+                cur,
+                run,
+                InterventionAction.CANCEL,
+                (RunStatus.IN_PROGRESS, RunStatus.CANCELLED),
+                f"abandoned: {reason}",
+                identity,
             )
             self.announce(cur, run.pipeline_id)
             return True

@@ -17,8 +17,16 @@ from airflow_provider_etl_craft.errors import RunStateError
 from airflow_provider_etl_craft.runs.attempts import settle_mapped
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.mapped import AIRFLOW_FAILED, IndexAttempt
-from airflow_provider_etl_craft.runs.records import ALERT_HANDLER, FAILING_TASK, FinishOutcome, RunRow
+from airflow_provider_etl_craft.runs.records import ALERT_HANDLER, FinishOutcome, RunRow
 from airflow_provider_etl_craft.runs.transition import Transition
+from airflow_provider_etl_craft.runs.vocabulary import (
+    FAILING_TASK,
+    LIVE_SQL,
+    AttemptStatus,
+    InterventionAction,
+    RunStatus,
+    TaskRunStatus,
+)
 
 #: The keyed run with its SLA, row-locked; parameters: pipeline code, run key.
 _KEYED_RUN = (
@@ -78,7 +86,7 @@ class FinishRun(Transition):
                     "nothing to finish; the claim task failed or did not run (see its log)"
                 )
             run, sla_status, sla_hours = self.run_row(row[: RunRow.WIDTH]), *row[RunRow.WIDTH :]
-            if run.status != "IN-PROGRESS":
+            if run.status != RunStatus.IN_PROGRESS:
                 # Ended since this step began: by its first send, whose reply was lost (the end's time is the
                 # server's or the step's, whichever is later, so the time alone cannot prove it).
                 mine = self.repeating and run.end_date is not None and run.end_date >= self.began
@@ -134,11 +142,19 @@ class FinishRun(Transition):
         self.report_lock_wait(pipeline_code, time.monotonic() - began, "one_call")
         action, run_id, status, sla_status, failed = row
         if action == "ENDED":
-            return FinishOutcome(int(run_id), status, already_ended=True, sla_status=sla_status)
-        return FinishOutcome(int(run_id), status, failed=_sorted(list(failed or ())), sla_status=sla_status)
+            return FinishOutcome(int(run_id), RunStatus(status), already_ended=True, sla_status=sla_status)
+        return FinishOutcome(
+            int(run_id), RunStatus(status), failed=_sorted(list(failed or ())), sla_status=sla_status
+        )
 
     def _close_run(
-        self, cur: Cursor, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any
+        self,
+        cur: Cursor,
+        run: RunRow,
+        final: RunStatus,
+        new_sla: str | None,
+        identity: RunIdentity,
+        now_db: Any,
     ) -> None:
         """Write the run's end (a repair raises OUTPUT_REVISION) and, on SUCCESS, what it consumed."""
         revision = run.output_revision + (1 if run.repair_pending == "Y" else 0)
@@ -149,7 +165,7 @@ class FinishRun(Transition):
             "WHERE PIPELINE_RUN_ID = ?",
             (final, now_db, identity.actor, identity.actor_kind, new_sla, revision, run.pipeline_run_id),
         )
-        if final == "SUCCESS":
+        if final == RunStatus.SUCCESS:
             self.gates.consume_run(cur, run.pipeline_run_id, now_db)
 
     def _task_statuses(
@@ -176,7 +192,7 @@ class FinishRun(Transition):
                 if task_code not in airflow_states:
                     continue  # active in CFG_TASKS but not part of this DAG
                 status = self._record_unrun(cur, run, task_id, airflow_states[task_code], identity, now_db)
-                if status == "SKIPPED":
+                if status == TaskRunStatus.SKIPPED:
                     skipped.append(task_code)
             else:
                 state = airflow_states.get(task_code)
@@ -188,8 +204,8 @@ class FinishRun(Transition):
         """Close attempts a killed worker left live as LOST, their task runs FAILED; returns the task codes."""
         lost = self.exec(
             cur,
-            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "
-            "WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "  # noqa: S608 - constant SQL
+            f"WHERE STATUS IN {LIVE_SQL} "
             "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?) "
             "RETURNING TASK_RUN_ID",
             (
@@ -221,25 +237,36 @@ class FinishRun(Transition):
 
     def _record_unrun(
         self, cur: Cursor, run: RunRow, task_id: int, state: str | None, identity: RunIdentity, now_db: Any
-    ) -> str:
+    ) -> TaskRunStatus:
         """A task of the DAG that recorded no attempt: recorded as Airflow saw it; returns its status."""
         if state == "success":
-            status, why = "SUCCESS", "marked success in Airflow without running here (no attempt recorded)"
+            status, why = (
+                TaskRunStatus.SUCCESS,
+                "marked success in Airflow without running here (no attempt recorded)",
+            )
         elif state in AIRFLOW_FAILED:
             status, why = (
-                "FAILED",
+                TaskRunStatus.FAILED,
                 f"failed in Airflow before it recorded an attempt (Airflow state: {state})",
             )
         else:
-            status, why = "SKIPPED", f"not run by Airflow (Airflow state: {state or 'none'})"
+            status, why = TaskRunStatus.SKIPPED, f"not run by Airflow (Airflow state: {state or 'none'})"
         self.exec(
             cur,
             "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, END_DATE, STATUS, ATTEMPT_COUNT, "
             "ERROR_MESSAGE, TASK_LOG) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
-            (task_id, run.pipeline_run_id, now_db, now_db, status, why if status == "FAILED" else None, why),
+            (
+                task_id,
+                run.pipeline_run_id,
+                now_db,
+                now_db,
+                status,
+                why if status == TaskRunStatus.FAILED else None,
+                why,
+            ),
         )
-        if status == "SUCCESS":
-            self.intervention(cur, run, "MARK", (None, "SUCCESS"), why, identity, task_id)
+        if status == TaskRunStatus.SUCCESS:
+            self.intervention(cur, run, InterventionAction.MARK, (None, status), why, identity, task_id)
         return status
 
     def _follow_mark(
@@ -254,10 +281,10 @@ class FinishRun(Transition):
     ) -> str:
         """Follow a task marked success or failed by hand in Airflow: the task run takes Airflow's outcome
         and a MARK intervention records the change. ``task`` is (task id, task run id); returns the status."""
-        if state == "success" and status not in ("SUCCESS", "IN-PROGRESS"):
-            to_status = "SUCCESS"
-        elif state == "failed" and status == "SUCCESS":
-            to_status = "FAILED"
+        if state == "success" and status not in (TaskRunStatus.SUCCESS, TaskRunStatus.IN_PROGRESS):
+            to_status = TaskRunStatus.SUCCESS
+        elif state == "failed" and status == TaskRunStatus.SUCCESS:
+            to_status = TaskRunStatus.FAILED
         else:
             return status
         reason = (
@@ -268,9 +295,9 @@ class FinishRun(Transition):
             cur,
             "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = COALESCE(END_DATE, ?), ERROR_MESSAGE = ?, "
             "TASK_LOG = ? WHERE TASK_RUN_ID = ?",
-            (to_status, now_db, reason if to_status == "FAILED" else None, reason, task[1]),
+            (to_status, now_db, reason if to_status == TaskRunStatus.FAILED else None, reason, task[1]),
         )
-        self.intervention(cur, run, "MARK", (status, to_status), reason, identity, task[0])
+        self.intervention(cur, run, InterventionAction.MARK, (status, to_status), reason, identity, task[0])
         return to_status
 
 
@@ -278,13 +305,13 @@ def _sorted(codes: list[str]) -> tuple[str, ...]:
     return tuple(sorted(codes))
 
 
-def _final_status(statuses: list[tuple[str, str, str]], not_deciding: frozenset[str]) -> str:
+def _final_status(statuses: list[tuple[str, str, str]], not_deciding: frozenset[str]) -> RunStatus:
     """FAILED when a data task that decides the run failed; SKIPPED when every task skipped; else SUCCESS."""
     if any(h != ALERT_HANDLER and c not in not_deciding and s in FAILING_TASK for c, h, s in statuses):
-        return "FAILED"
-    if all(s == "SKIPPED" for _, _, s in statuses):
-        return "SKIPPED"
-    return "SUCCESS"
+        return RunStatus.FAILED
+    if all(s == TaskRunStatus.SKIPPED for _, _, s in statuses):
+        return RunStatus.SKIPPED
+    return RunStatus.SUCCESS
 
 
 def _sla(run: RunRow, sla_hours: Any, now: datetime) -> str | None:
@@ -300,13 +327,13 @@ def _unrecorded(states: Mapping[int, str | None]) -> dict[int, IndexAttempt]:
     found: dict[int, IndexAttempt] = {}
     for index, state in states.items():
         if state == "success":
-            found[index] = IndexAttempt("SUCCESS")
+            found[index] = IndexAttempt(AttemptStatus.SUCCESS)
         elif state in AIRFLOW_FAILED:
             found[index] = IndexAttempt(
-                "FAILED", error=f"failed in Airflow before it recorded an attempt ({state})"
+                AttemptStatus.FAILED, error=f"failed in Airflow before it recorded an attempt ({state})"
             )
         else:
-            found[index] = IndexAttempt("CANCELLED", skipped=True)
+            found[index] = IndexAttempt(AttemptStatus.CANCELLED, skipped=True)
     return found
 
 

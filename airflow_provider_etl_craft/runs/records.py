@@ -12,21 +12,9 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.runs.vocabulary import ClaimAction, RunStatus
 
-#: Attempt statuses that hold a worker's lease (one such attempt per task run and map index).
-LIVE_ATTEMPT = ("QUEUED", "CLAIMED", "RUNNING")
-#: Task-run statuses that make a run FAILED when held by a data task (not an EMAIL_ALERT one).
-FAILING_TASK = ("FAILED", "CANCELLED")
 ALERT_HANDLER = "EMAIL_ALERT"
-#: How an attempt can end → (the attempt's status, its task run's status). The task-run table has no
-#: TIMED_OUT; a skip (``AirflowSkipException``, a gate) is a CANCELLED attempt of a SKIPPED task run.
-ATTEMPT_ENDS = {
-    "SUCCESS": ("SUCCESS", "SUCCESS"),
-    "FAILED": ("FAILED", "FAILED"),
-    "TIMED_OUT": ("TIMED_OUT", "FAILED"),
-    "CANCELLED": ("CANCELLED", "CANCELLED"),
-    "SKIPPED": ("CANCELLED", "SKIPPED"),
-}
 #: TASK_LOG of an attempt that ended because its task skipped (how a mapped task run tells it from a kill).
 SKIP_NOTE = "skipped: "
 
@@ -66,7 +54,7 @@ class RunRow:
 
     pipeline_run_id: int
     pipeline_id: int
-    status: str
+    status: RunStatus
     run_key: str | None
     start_date: datetime | None
     end_date: datetime | None
@@ -76,7 +64,9 @@ class RunRow:
     @classmethod
     def from_db(cls, engine: EngineDialect, row: Sequence[Any]) -> RunRow:
         t = engine.from_db_time
-        return cls(int(row[0]), int(row[1]), row[2], row[3], t(row[4]), t(row[5]), row[6], int(row[7]))
+        return cls(
+            int(row[0]), int(row[1]), RunStatus(row[2]), row[3], t(row[4]), t(row[5]), row[6], int(row[7])
+        )
 
     def describe(self) -> str:
         since = f" since {self.start_date:%Y-%m-%d %H:%M:%S}Z" if self.start_date else ""
@@ -143,7 +133,7 @@ class ClaimOutcome:
     is recorded SKIPPED). ``reason`` explains WAITING and SKIPPED.
     """
 
-    action: str
+    action: ClaimAction
     pipeline_run_id: int | None = None
     blocking: RunRow | None = None
     reason: str | None = None
@@ -154,7 +144,7 @@ class ClaimOutcome:
 @dataclass(frozen=True)
 class FinishOutcome:
     pipeline_run_id: int
-    status: str
+    status: RunStatus
     already_ended: bool = False
     skipped: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()

@@ -26,8 +26,14 @@ from airflow_provider_etl_craft.runs.gates import (
     UpstreamStates,
 )
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-from airflow_provider_etl_craft.runs.records import LIVE_ATTEMPT, SKIP_NOTE, AttemptHandle, RunRow, map_key
+from airflow_provider_etl_craft.runs.records import SKIP_NOTE, AttemptHandle, RunRow, map_key
 from airflow_provider_etl_craft.runs.transition import Transition, first_line
+from airflow_provider_etl_craft.runs.vocabulary import (
+    LIVE_ATTEMPT,
+    LIVE_SQL,
+    AttemptStatus,
+    RunStatus,
+)
 
 #: The attempt ``a`` of one try of a task (and map index) in the keyed run, found by pipeline code, task
 #: code, run key, attempt number and ``COALESCE(MAP_INDEX, -1)`` (in that order of parameters).
@@ -45,7 +51,7 @@ _TRY_CONTEXT = (
     "(SELECT COUNT(*) FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID AND pp.RESUMED_AT IS NULL), "
     "(SELECT COUNT(*) FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la ON la.TASK_RUN_ID = ltr.TASK_RUN_ID "
     "WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
-    "AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND la.ATTEMPT_NUMBER < ? AND COALESCE(la.MAP_INDEX, -1) = ?) "
+    f"AND la.STATUS IN {LIVE_SQL} AND la.ATTEMPT_NUMBER < ? AND COALESCE(la.MAP_INDEX, -1) = ?) "
     "FROM CFG_PIPELINES p JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
     "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
     "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' FOR SHARE"
@@ -262,15 +268,15 @@ class StartAttempt(Transition):
                 cur,
                 "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, tr.PIPELINE_RUN_ID "
                 + _ATTEMPT_OF_KEYED_TRY
-                + "AND r.STATUS = 'IN-PROGRESS' AND a.STATUS = 'QUEUED' FOR UPDATE",
+                + f"AND r.STATUS = '{RunStatus.IN_PROGRESS}' AND a.STATUS = '{AttemptStatus.QUEUED}' FOR UPDATE",
                 attempt.params(attempt.try_number),
             ).fetchone()
             if row is None:
                 return None
             self.exec(
                 cur,
-                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'RUNNING', OWNER_ID = ?, HEARTBEAT_AT = ?, HOST = ?, PID = ?, "
-                "TASK_LOG = NULL WHERE ATTEMPT_ID = ? AND STATUS = 'QUEUED'",
+                f"UPDATE AUD_TASK_ATTEMPTS SET STATUS = '{AttemptStatus.RUNNING}', OWNER_ID = ?, HEARTBEAT_AT = ?, "  # noqa: S608 - constant SQL
+                f"HOST = ?, PID = ?, TASK_LOG = NULL WHERE ATTEMPT_ID = ? AND STATUS = '{AttemptStatus.QUEUED}'",
                 (owner, self.now()[1], socket.gethostname(), os.getpid(), row[0]),
             )
         # consumes=True: the attempt's gate decisions were recorded when it opened; consuming them on success
@@ -295,8 +301,7 @@ class StartAttempt(Transition):
                 "SELECT a.STATUS, (SELECT MAX(m.ATTEMPT_NUMBER) FROM AUD_TASK_ATTEMPTS m WHERE m.TASK_RUN_ID = "  # noqa: S608 - constant SQL
                 "a.TASK_RUN_ID AND COALESCE(m.MAP_INDEX, -1) = COALESCE(a.MAP_INDEX, -1)), (SELECT COUNT(*) FROM "
                 "AUD_TASK_ATTEMPTS l WHERE l.TASK_RUN_ID = a.TASK_RUN_ID AND COALESCE(l.MAP_INDEX, -1) = "
-                "COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) "
-                + _ATTEMPT_OF_KEYED_TRY,
+                f"COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN {LIVE_SQL}) " + _ATTEMPT_OF_KEYED_TRY,
                 attempt.params(number),
             ).fetchone()
         return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)
@@ -319,7 +324,7 @@ class StartAttempt(Transition):
         width = RunRow.WIDTH
         task_id, run = int(row[0]), self.run_row(row[1 : 1 + width])
         condition, count, edges, paused, live = row[1 + width :]
-        if run.status != "IN-PROGRESS":
+        if run.status != RunStatus.IN_PROGRESS:
             raise _RunEnded(run, task_id)
         return _Context(
             task_id,
@@ -407,8 +412,8 @@ class StartAttempt(Transition):
         )
         self.exec(
             cur,
-            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "
-            "WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND ATTEMPT_NUMBER < ? AND COALESCE(MAP_INDEX, -1) = ? "
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "  # noqa: S608 - constant SQL
+            f"WHERE STATUS IN {LIVE_SQL} AND ATTEMPT_NUMBER < ? AND COALESCE(MAP_INDEX, -1) = ? "
             "AND TASK_RUN_ID = (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?)",
             (now_db, lost, number, map_key(attempt.map_index), context.task_id, context.run.pipeline_run_id),
         )
@@ -428,7 +433,7 @@ class StartAttempt(Transition):
         times = (now_db, now_db, now_db, now_db if ended else None)
         worker = (socket.gethostname(), os.getpid(), attempt.log_path)
         requested = (attempt.identity.actor, attempt.identity.actor_kind)
-        status = "CANCELLED" if ended else "RUNNING"
+        status = AttemptStatus.CANCELLED if ended else AttemptStatus.RUNNING
         attempt_id = self.returning(
             cur,
             "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS, OWNER_ID, CLAIMED_AT, "
@@ -496,6 +501,6 @@ class StartAttempt(Transition):
                 f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID = ?",  # noqa: S608
                 (run.pipeline_run_id,),
             ).fetchone()
-            if current is not None and current[2] != "IN-PROGRESS":
+            if current is not None and current[2] != RunStatus.IN_PROGRESS:
                 cleared = f"task {attempt.task_code} ran again in Airflow (cleared)"
                 self.reopen(cur, self.run_row(current), attempt.identity, cleared, task_id)

@@ -29,6 +29,7 @@ from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import Gates
 from airflow_provider_etl_craft.runs.identity import ACTOR_KIND, RunIdentity
 from airflow_provider_etl_craft.runs.records import AttemptHandle, Pause, Pipeline, RunRow
+from airflow_provider_etl_craft.runs.vocabulary import InterventionAction, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ class Transition:
         self,
         cur: Cursor,
         run: RunRow,
-        action: str,
+        action: InterventionAction,
         change: tuple[str | None, str | None],
         reason: str,
         identity: RunIdentity,
@@ -204,7 +205,15 @@ class Transition:
             raise StaleTransitionError(
                 f"{run.describe()} changed while it was being reopened; a retry re-reads it"
             )
-        self.intervention(cur, run, "REOPEN", (run.status, "IN-PROGRESS"), reason, identity, task_id)
+        self.intervention(
+            cur,
+            run,
+            InterventionAction.REOPEN,
+            (run.status, RunStatus.IN_PROGRESS),
+            reason,
+            identity,
+            task_id,
+        )
 
     def conflict(self, exc: BaseException, what: str) -> StaleTransitionError:
         """A unique index refused a write: another worker got there first."""

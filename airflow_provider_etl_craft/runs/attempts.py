@@ -1,12 +1,19 @@
-"""End a live attempt, or park it while Airflow reschedules or defers its try (docs/lifecycle.md, *Attempts*)."""
+"""End a live attempt, or park it while Airflow reschedules or defers its try (docs/lifecycle.md, *Attempts*).
+
+The rules are :class:`EndAttempt` and :class:`ParkAttempt`. An end's common case (unmapped, nothing to consume,
+not a skip) also has a one-statement form, :data:`END_AT_ONCE`, which the dialect runs where the database has
+data-modifying ``WITH`` (PostgreSQL); ``tests/integration/test_claim_finish_at_once.py`` plays the same task
+ends with and without it and compares every ``AUD_`` row.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
+from airflow_provider_etl_craft.engine.dialects.base import OneStatement
 from airflow_provider_etl_craft.errors import StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import TaskCounts, clean_text
 from airflow_provider_etl_craft.runs.mapped import IndexAttempt, settle
@@ -25,6 +32,40 @@ _PARK = (
     f"UPDATE AUD_TASK_ATTEMPTS SET STATUS = '{AttemptStatus.QUEUED}', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "  # noqa: S608 - constant SQL
     f"WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = '{AttemptStatus.RUNNING}'"
 )
+
+
+#: End a live attempt and copy it to its task run in one statement (no consumption to write), and announce
+#: the change (one row per task run updated, so the row count is what an UPDATE's would be). Parameters:
+#: :meth:`EndCall.params`, then the change channel and notice prefix (the dialect adds them).
+END_AT_ONCE = OneStatement(
+    "WITH a AS (UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "  # noqa: S608 - constant SQL
+    "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
+    f"WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN {LIVE_SQL} RETURNING TASK_RUN_ID), "
+    "t AS (UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, INSERT_COUNT = ?, "
+    "UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
+    "WHERE TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM a) RETURNING PIPELINE_RUN_ID) "
+    "SELECT pg_notify(?, ? || r.PIPELINE_ID) FROM t JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = t.PIPELINE_RUN_ID",
+    notifies=True,
+)
+
+
+class EndCall(NamedTuple):
+    """What :data:`END_AT_ONCE` writes: the attempt's end, then its task run's."""
+
+    attempt_status: AttemptStatus
+    ended_at: Any
+    #: The six counts of :class:`~.counts.TaskCounts`, in its order (the attempt's and the task run's).
+    counts: tuple[int | None, ...]
+    error: str | None
+    attempt_id: int
+    owner_id: str
+    run_status: TaskRunStatus
+
+    def params(self) -> tuple[Any, ...]:
+        """The statement's parameters, in its order."""
+        attempt = (self.attempt_status, self.ended_at, self.ended_at, *self.counts, self.error)
+        task_run = (self.run_status, self.ended_at, *self.counts, self.error)
+        return (*attempt, self.attempt_id, self.owner_id, *task_run)
 
 
 class ParkAttempt(Transition):
@@ -106,17 +147,18 @@ class EndAttempt(Transition):
         )
         consume = status == AttemptEnd.SUCCESS and handle.consumes
         if note is None and handle.map_index is None and not consume:
-            at_once = (ending.attempt_status, ending.now_db, ending.now_db, *ending.counts, message)
-            at_once += (
-                handle.attempt_id,
-                handle.owner_id,
-                ending.run_status,
-                ending.now_db,
-                *ending.counts,
-                message,
+            call = EndCall(
+                attempt_status=ending.attempt_status,
+                ended_at=ending.now_db,
+                counts=ending.counts,
+                error=message,
+                attempt_id=handle.attempt_id,
+                owner_id=handle.owner_id,
+                run_status=ending.run_status,
             )
-            updated = self.engine.end_attempt_at_once(self.conn, at_once)
-            if updated is not None:
+            result = self.engine.write_at_once(self.conn, END_AT_ONCE, call.params())
+            if result is not None:
+                updated = result.rowcount
                 if updated != 1 and not left_as(self, handle, ending.attempt_status):
                     raise closed_by_someone_else(handle)
                 return

@@ -1,11 +1,21 @@
-"""Claim a pipeline run for a DAG run, and close a run whose driver is gone (docs/lifecycle.md, *Runs*)."""
+"""Claim a pipeline run for a DAG run, and close a run whose driver is gone (docs/lifecycle.md, *Runs*).
+
+The claim's rule is :class:`Claim`. Its common cases (a new run, a resume, a block) also have a server-side
+form on PostgreSQL, one round trip: the function ``ETL_CRAFT_CLAIM`` of ENGINE migration
+``sql/postgresql/migrations/0003_claim_finish_functions.sql``, replaced by ``0004_cfg_semantics.sql`` (migrations
+are immutable: a change is a new migration). :data:`CLAIM_FUNCTION` declares its arguments (:class:`ClaimCall`);
+``tests/integration/test_claim_finish_at_once.py`` plays the same scenarios with and without it and compares
+every outcome and every ``AUD_`` row.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Collection
+from typing import Any, NamedTuple
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor, Row
+from airflow_provider_etl_craft.engine.dialects.base import ServerFunction
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.engine.schema import current_marks, require_current
 from airflow_provider_etl_craft.errors import MetadataError
@@ -20,6 +30,7 @@ from airflow_provider_etl_craft.runs.vocabulary import (
     LIVE_SQL,
     ClaimAction,
     InterventionAction,
+    OneCallAnswer,
     RunStatus,
 )
 
@@ -33,6 +44,45 @@ _RUN_OF_PIPELINE = (
     f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r JOIN CFG_PIPELINES p "  # noqa: S608 - constant
     "ON p.PIPELINE_ID = r.PIPELINE_ID WHERE r.PIPELINE_RUN_ID = ? AND p.PIPELINE_CODE = ? FOR UPDATE"
 )
+
+
+#: ``ETL_CRAFT_CLAIM`` (see the module docstring): the types of :class:`ClaimCall`'s fields, in order.
+CLAIM_FUNCTION = ServerFunction(
+    "ETL_CRAFT_CLAIM",
+    ("TEXT[]", "TEXT[]", "TEXT", "TEXT[]", "TEXT", "TIMESTAMPTZ", "TIMESTAMPTZ", "TEXT", "TEXT", "TEXT"),
+)
+
+
+class ClaimCall(NamedTuple):
+    """The arguments of :data:`CLAIM_FUNCTION` (after the lock the dialect passes), in its order."""
+
+    #: ENGINE versions and Engine tables of a current schema (``engine.schema.current_marks``).
+    versions: list[str]
+    tables: list[str]
+    pipeline_code: str
+    #: The DAG's task codes, sorted (None: not checked).
+    task_codes: list[str] | None
+    run_key: str
+    #: The caller's time; the function records the later of it and the database's clock once it holds the lock.
+    now: Any
+    #: The logical date as a timestamp (the function stores its UTC date, ENGINE 0004).
+    run_date: Any
+    backfill: str
+    actor: str | None
+    actor_kind: str | None
+
+
+class _Answer(NamedTuple):
+    """The row of :data:`CLAIM_FUNCTION`: an action (CREATED, RESUMED, BLOCKED, or FULL: nothing written), the
+    lenient task codes, then the run's ``RunRow`` columns (the blocking run for BLOCKED; only its id otherwise)."""
+
+    action: str
+    lenient: tuple[str, ...]
+    run: tuple[Any, ...]
+
+    @classmethod
+    def from_db(cls, row: Row) -> _Answer:
+        return cls(row[0], tuple(sorted(row[1] or ())), tuple(row[2:]))
 
 
 class Claim(Transition):
@@ -70,10 +120,10 @@ class Claim(Transition):
         """
         try:
             self._refuse_invalid_graph(pipeline_code)
-            row = self._at_once(pipeline_code, identity, task_codes)
-            if row is not None and row[0] != "FULL":
-                return self._answered(row)
-            if row is None:  # the one call did not find the schema current (or could not ask)
+            answer = self._at_once(pipeline_code, identity, task_codes)
+            if answer is not None and answer.action != OneCallAnswer.DECIDE_IN_TRANSACTION:
+                return self._answered(answer)
+            if answer is None:  # the one call did not find the schema current (or could not ask)
                 require_current(self.engine, self.conn)
             with self.locked(pipeline_code) as cur:
                 pipeline_id = self.active_pipeline(cur, pipeline_code)
@@ -109,42 +159,40 @@ class Claim(Transition):
 
     def _at_once(
         self, pipeline_code: str, identity: RunIdentity, task_codes: Collection[str] | None
-    ) -> Row | None:
-        """The dialect's one-call claim (PostgreSQL: ``ETL_CRAFT_CLAIM``), which writes only what this class
-        would write: a new IN-PROGRESS run when nothing needs judging. Its row says CREATED, RESUMED or BLOCKED;
-        FULL (nothing written, the schema is current) leaves the case to the transaction; None (nothing
-        written) leaves the schema check to it too."""
+    ) -> _Answer | None:
+        """The one-call claim (:data:`CLAIM_FUNCTION`, where the dialect has it), which writes only what this
+        class would write: a new IN-PROGRESS run when nothing needs judging. Its answer says CREATED, RESUMED or
+        BLOCKED; FULL (nothing written, the schema is current) leaves the case to the transaction; None
+        (nothing written) leaves the schema check to it too."""
         versions, tables = current_marks(self.engine.name)
-        # ETL_CRAFT_CLAIM takes the logical date as a timestamp and stores its UTC date (ENGINE 0004).
-        run_date = None if identity.run_date is None else self.engine.to_db_time(identity.run_date)
-        began = time.monotonic()
-        row = self.engine.claim_at_once(
-            self.conn,
-            pipeline_lock(pipeline_code),
-            self.lock_timeout,
-            (
-                versions,
-                tables,
-                pipeline_code,
-                None if task_codes is None else sorted(set(task_codes)),
-                identity.run_key,
-                self.now()[1],
-                run_date,
-                "Y" if identity.backfill else "N",
-                identity.actor,
-                identity.actor_kind,
-            ),
+        call = ClaimCall(
+            versions=versions,
+            tables=tables,
+            pipeline_code=pipeline_code,
+            task_codes=None if task_codes is None else sorted(set(task_codes)),
+            run_key=identity.run_key,
+            now=self.now()[1],
+            run_date=None if identity.run_date is None else self.engine.to_db_time(identity.run_date),
+            backfill="Y" if identity.backfill else "N",
+            actor=identity.actor,
+            actor_kind=identity.actor_kind,
         )
-        if row is not None and row[0] != "FULL":  # decided under the lock the function took
+        began = time.monotonic()
+        row = self.engine.call_at_once(
+            self.conn, CLAIM_FUNCTION, pipeline_lock(pipeline_code), self.lock_timeout, call
+        )
+        if row is None or row[0] == OneCallAnswer.SCHEMA_NOT_CURRENT:
+            return None
+        answer = _Answer.from_db(row)
+        if answer.action != OneCallAnswer.DECIDE_IN_TRANSACTION:  # decided under the lock the function took
             self.report_lock_wait(pipeline_code, time.monotonic() - began, "one_call")
-        return row
+        return answer
 
-    def _answered(self, row: Row) -> ClaimOutcome:
-        """The outcome of a claim the one call decided (see :meth:`EngineDialect.claim_at_once`)."""
-        action, lenient, run = row[0], tuple(sorted(row[1] or ())), row[2:]
-        if action == ClaimAction.BLOCKED:
-            return ClaimOutcome(ClaimAction.BLOCKED, blocking=self.run_row(run))
-        return ClaimOutcome(ClaimAction(action), int(run[0]), lenient_tasks=lenient)
+    def _answered(self, answer: _Answer) -> ClaimOutcome:
+        """The outcome of a claim the one call decided."""
+        if answer.action == ClaimAction.BLOCKED:
+            return ClaimOutcome(ClaimAction.BLOCKED, blocking=self.run_row(answer.run))
+        return ClaimOutcome(ClaimAction(answer.action), int(answer.run[0]), lenient_tasks=answer.lenient)
 
     def _lenient(
         self, cur: Cursor, pipeline_id: int, code: str, task_codes: Collection[str], where: str

@@ -1,4 +1,13 @@
-"""End a pipeline run once Airflow is done with its tasks (docs/lifecycle.md, *Runs*)."""
+"""End a pipeline run once Airflow is done with its tasks (docs/lifecycle.md, *Runs*).
+
+Where "finish a run" is decided: :class:`FinishRun` (the final status, the SLA, tasks Airflow never ran, marks
+by hand, lost attempts). Its common case (every task recorded, nothing live, nothing marked by hand) also has a
+server-side form on PostgreSQL, one round trip: the function ``ETL_CRAFT_FINISH`` of ENGINE migration
+``sql/postgresql/migrations/0003_claim_finish_functions.sql`` (migrations are immutable: a change is a new
+migration and a new function name). :data:`FINISH_FUNCTION` declares its arguments (:class:`FinishCall`);
+``tests/integration/test_claim_finish_at_once.py`` plays the same scenarios with and without it and compares
+every outcome and every ``AUD_`` row.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +16,10 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
-from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, ServerFunction
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.engine.schema import current_marks
 from airflow_provider_etl_craft.errors import RunStateError
@@ -24,6 +33,7 @@ from airflow_provider_etl_craft.runs.vocabulary import (
     LIVE_SQL,
     AttemptStatus,
     InterventionAction,
+    OneCallAnswer,
     RunStatus,
     TaskRunStatus,
 )
@@ -42,6 +52,46 @@ _TASKS_OF_RUN = (
     "LEFT JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_ID = t.TASK_ID AND tr.PIPELINE_RUN_ID = ? "
     "WHERE t.PIPELINE_ID = ? AND (t.ACTIVE_FLAG = 'Y' OR tr.TASK_RUN_ID IS NOT NULL)"
 )
+
+
+#: ``ETL_CRAFT_FINISH`` (see the module docstring): the types of :class:`FinishCall`'s fields, in order.
+FINISH_FUNCTION = ServerFunction(
+    "ETL_CRAFT_FINISH", ("TEXT[]", "TEXT[]", "TEXT", "TEXT", "JSONB", "TEXT[]", "TIMESTAMPTZ", "TEXT", "TEXT")
+)
+
+
+class FinishCall(NamedTuple):
+    """The arguments of :data:`FINISH_FUNCTION` (after the lock the dialect passes), in its order."""
+
+    #: ENGINE versions and Engine tables of a current schema (``engine.schema.current_marks``).
+    versions: list[str]
+    tables: list[str]
+    pipeline_code: str
+    run_key: str
+    #: Airflow's task states by code, a JSON object.
+    airflow_states: str
+    #: The codes whose failure decides nothing, sorted.
+    not_deciding: list[str]
+    #: The caller's time; the function records the later of it and the database's clock once it holds the lock.
+    now: Any
+    actor: str | None
+    actor_kind: str | None
+
+
+class _Answer(NamedTuple):
+    """The row of :data:`FINISH_FUNCTION`: FINISHED, or ENDED (it had ended already, nothing written); the
+    run's id, status and SLA status, and the codes of its failed or cancelled task runs."""
+
+    action: str
+    pipeline_run_id: int
+    status: str
+    sla_status: str | None
+    failed: tuple[str, ...]
+
+    @classmethod
+    def from_db(cls, row: Any) -> _Answer:
+        action, run_id, status, sla_status, failed = row
+        return cls(action, int(run_id), status, sla_status, tuple(failed or ()))
 
 
 class FinishRun(Transition):
@@ -114,37 +164,38 @@ class FinishRun(Transition):
         airflow_states: Mapping[str, str | None],
         not_deciding: Collection[str],
     ) -> FinishOutcome | None:
-        """The dialect's one-call finish (PostgreSQL: ``ETL_CRAFT_FINISH``) when nothing needs recording but the
-        run's end: every task of the DAG has a task run Airflow's state does not overrule, and no attempt is
-        live. It writes what this class would write. None: nothing written, the transaction decides.
+        """The one-call finish (:data:`FINISH_FUNCTION`, where the dialect has it) when nothing needs recording
+        but the run's end: every task of the DAG has a task run Airflow's state does not overrule, and no attempt
+        is live. It writes what this class would write. None: nothing written, the transaction decides.
         """
         # ETL_CRAFT_FINISH sends the change notice itself, as the transaction form's announce() does.
         versions, tables = current_marks(self.engine.name)
-        began = time.monotonic()
-        row = self.engine.finish_at_once(
-            self.conn,
-            pipeline_lock(pipeline_code),
-            self.lock_timeout,
-            (
-                versions,
-                tables,
-                pipeline_code,
-                identity.run_key,
-                json.dumps(dict(airflow_states)),
-                sorted(set(not_deciding)),
-                self.now()[1],
-                identity.actor,
-                identity.actor_kind,
-            ),
+        call = FinishCall(
+            versions=versions,
+            tables=tables,
+            pipeline_code=pipeline_code,
+            run_key=identity.run_key,
+            airflow_states=json.dumps(dict(airflow_states)),
+            not_deciding=sorted(set(not_deciding)),
+            now=self.now()[1],
+            actor=identity.actor,
+            actor_kind=identity.actor_kind,
         )
-        if row is None:
+        began = time.monotonic()
+        row = self.engine.call_at_once(
+            self.conn, FINISH_FUNCTION, pipeline_lock(pipeline_code), self.lock_timeout, call
+        )
+        if row is None or row[0] in (OneCallAnswer.SCHEMA_NOT_CURRENT, OneCallAnswer.DECIDE_IN_TRANSACTION):
             return None
         self.report_lock_wait(pipeline_code, time.monotonic() - began, "one_call")
-        action, run_id, status, sla_status, failed = row
-        if action == "ENDED":
-            return FinishOutcome(int(run_id), RunStatus(status), already_ended=True, sla_status=sla_status)
+        answer = _Answer.from_db(row)
+        status = RunStatus(answer.status)
+        if answer.action == OneCallAnswer.ENDED:
+            return FinishOutcome(
+                answer.pipeline_run_id, status, already_ended=True, sla_status=answer.sla_status
+            )
         return FinishOutcome(
-            int(run_id), RunStatus(status), failed=_sorted(list(failed or ())), sla_status=sla_status
+            answer.pipeline_run_id, status, failed=_sorted(list(answer.failed)), sla_status=answer.sla_status
         )
 
     def _close_run(

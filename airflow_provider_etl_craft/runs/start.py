@@ -1,5 +1,11 @@
 """Open a task try's attempt (docs/lifecycle.md, *Attempts*): judge its dependencies, close a dead try's attempt,
-reopen a run a cleared task belongs to, and take over an attempt parked by a reschedule or deferral."""
+reopen a run a cleared task belongs to, and take over an attempt parked by a reschedule or deferral.
+
+The rule is :class:`StartAttempt`. Its common case (nothing to judge) also has a one-statement form,
+:data:`START_AT_ONCE`, which the dialect runs where the database has data-modifying ``WITH`` (PostgreSQL);
+``tests/integration/test_claim_finish_at_once.py`` plays the same task starts with and without it and compares
+every ``AUD_`` row.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,11 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
-from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError
+from airflow_provider_etl_craft.engine.dialects.base import OneStatement
+from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError, first_line
 from airflow_provider_etl_craft.runs import events
 from airflow_provider_etl_craft.runs.attempts import settle_mapped
 from airflow_provider_etl_craft.runs.counts import clean_text
@@ -27,12 +34,13 @@ from airflow_provider_etl_craft.runs.gates import (
 )
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.records import SKIP_NOTE, AttemptHandle, RunRow, map_key
-from airflow_provider_etl_craft.runs.transition import Transition, first_line
+from airflow_provider_etl_craft.runs.transition import Transition
 from airflow_provider_etl_craft.runs.vocabulary import (
     LIVE_ATTEMPT,
     LIVE_SQL,
     AttemptStatus,
     RunStatus,
+    TaskRunStatus,
 )
 
 #: The attempt ``a`` of one try of a task (and map index) in the keyed run, found by pipeline code, task
@@ -56,6 +64,54 @@ _TRY_CONTEXT = (
     "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
     "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' FOR SHARE"
 )
+#: Start an attempt in one statement when nothing needs judging: the keyed run is IN-PROGRESS (its row
+#: share-locked, as the transaction form does), the task has no dependencies, the pipeline is not paused
+#: and no earlier attempt is live. Otherwise nothing is written and the transaction form decides. Parameters:
+#: :class:`StartCall`; its row: ATTEMPT_ID, TASK_RUN_ID, PIPELINE_RUN_ID.
+START_AT_ONCE = OneStatement(
+    "WITH info AS (SELECT t.TASK_ID, r.PIPELINE_RUN_ID FROM CFG_PIPELINES p "  # noqa: S608 - constant SQL
+    "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
+    "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
+    f"WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' AND r.STATUS = '{RunStatus.IN_PROGRESS}' "
+    "AND NOT EXISTS (SELECT 1 FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y') "
+    "AND NOT EXISTS (SELECT 1 FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID "
+    "AND pp.RESUMED_AT IS NULL) "
+    "AND NOT EXISTS (SELECT 1 FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la ON la.TASK_RUN_ID = ltr.TASK_RUN_ID "
+    "WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
+    f"AND la.STATUS IN {LIVE_SQL}) "
+    "FOR SHARE OF r), "
+    "tr AS (INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
+    f"SELECT TASK_ID, PIPELINE_RUN_ID, ?, '{TaskRunStatus.IN_PROGRESS}', 1 FROM info "
+    f"ON CONFLICT (TASK_ID, PIPELINE_RUN_ID) DO UPDATE SET STATUS = '{TaskRunStatus.IN_PROGRESS}', END_DATE = NULL, "
+    "ERROR_MESSAGE = NULL, ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 "
+    "RETURNING TASK_RUN_ID, PIPELINE_RUN_ID) "
+    "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, "
+    "HEARTBEAT_AT, HOST, PID, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND) "
+    f"SELECT TASK_RUN_ID, ?, '{AttemptStatus.RUNNING}', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM tr "
+    "RETURNING ATTEMPT_ID, TASK_RUN_ID, (SELECT PIPELINE_RUN_ID FROM tr)"
+)
+
+
+class StartCall(NamedTuple):
+    """The parameters of :data:`START_AT_ONCE`, in its order."""
+
+    task_code: str
+    run_key: str
+    pipeline_code: str
+    #: The task run's START_DATE.
+    started: Any
+    attempt_number: int
+    owner_id: str
+    claimed_at: Any
+    started_at: Any
+    heartbeat_at: Any
+    host: str
+    pid: int
+    log_path: str | None
+    requested_by: str | None
+    requested_by_kind: str | None
+
+
 #: How many times a start re-reads after a lost race or a reopen before it gives up (retryable).
 _ROUNDS = 4
 
@@ -184,36 +240,45 @@ class StartAttempt(Transition):
     def _open(self, attempt: Try, number: int, note: str | None) -> tuple[AttemptHandle, GateSkipped | None]:
         """One round: the single statement where it applies, else the judged transaction."""
         if note is None and attempt.map_index is None:
-            owner = self.token
-            now_db = self.now()[1]
-            identity = attempt.identity
-            row = self.engine.start_attempt_at_once(
-                self.conn,
-                (
-                    attempt.task_code,
-                    identity.run_key,
-                    attempt.pipeline_code,
-                    now_db,
-                    number,
-                    owner,
-                    now_db,
-                    now_db,
-                    now_db,
-                    socket.gethostname(),
-                    os.getpid(),
-                    attempt.log_path,
-                    identity.actor,
-                    identity.actor_kind,
-                ),
-            )
-            if row is not None:
-                return AttemptHandle(
-                    int(row[2]), int(row[1]), int(row[0]), number, owner, attempt.task_code
-                ), None
+            handle = self._open_at_once(attempt, number)
+            if handle is not None:
+                return handle, None
         with self.engine.transaction(self.conn) as cur:
             context = self._context(cur, attempt, number)
             verdict = self._judge(cur, attempt, context)
             return self._write(cur, attempt, number, note, context, verdict)
+
+    def _open_at_once(self, attempt: Try, number: int) -> AttemptHandle | None:
+        """:data:`START_AT_ONCE`, where the dialect runs it; None when it wrote nothing (judge it in a transaction)."""
+        now_db, identity = self.now()[1], attempt.identity
+        call = StartCall(
+            task_code=attempt.task_code,
+            run_key=identity.run_key,
+            pipeline_code=attempt.pipeline_code,
+            started=now_db,
+            attempt_number=number,
+            owner_id=self.token,
+            claimed_at=now_db,
+            started_at=now_db,
+            heartbeat_at=now_db,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            log_path=attempt.log_path,
+            requested_by=identity.actor,
+            requested_by_kind=identity.actor_kind,
+        )
+        result = self.engine.write_at_once(self.conn, START_AT_ONCE, call)
+        if result is None or not result.rows:
+            return None
+        attempt_id, task_run_id, pipeline_run_id = result.rows[0]
+        return AttemptHandle(
+            pipeline_run_id=int(pipeline_run_id),
+            task_run_id=int(task_run_id),
+            attempt_id=int(attempt_id),
+            attempt_number=number,
+            owner_id=self.token,
+            task_code=attempt.task_code,
+        )
 
     def _renumber(self, attempt: Try, number: int, exc: BaseException) -> int:
         """After a unique-index refusal: the attempt number to use next, or refuse a duplicate delivery.

@@ -23,7 +23,7 @@ from airflow_provider_etl_craft.engine import actor
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, SessionLost
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
-from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError, StaleTransitionError
+from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError, StaleTransitionError, first_line
 from airflow_provider_etl_craft.runs import events
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import Gates
@@ -281,11 +281,6 @@ def _repeated_when_lost(entry: Callable[..., Any]) -> Callable[..., Any]:
         return entry(self, *args, **kwargs)
 
     return call
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def owner_token() -> str:

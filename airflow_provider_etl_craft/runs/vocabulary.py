@@ -79,6 +79,20 @@ class ClaimAction(StrEnum):
     SKIPPED = "SKIPPED"
 
 
+class OneCallAnswer(StrEnum):
+    """The first column of a server-side transition function's row besides the transition's own outcome
+    (``ETL_CRAFT_CLAIM`` answers a :class:`ClaimAction` otherwise): see sql/postgresql/migrations/0003_*.sql."""
+
+    #: Nothing written, no lock taken: the Engine schema is not current (the transaction form explains).
+    SCHEMA_NOT_CURRENT = "SCHEMA"
+    #: Nothing written: the case needs the transaction form.
+    DECIDE_IN_TRANSACTION = "FULL"
+    #: ``ETL_CRAFT_FINISH`` ended the run.
+    FINISHED = "FINISHED"
+    #: ``ETL_CRAFT_FINISH`` found the run ended already; nothing written.
+    ENDED = "ENDED"
+
+
 class InterventionAction(StrEnum):
     """``AUD_RUN_INTERVENTIONS.ACTION``: a change made outside the normal flow (the run lifecycle writes MARK,
     CANCEL and REOPEN; the others are etl-craft's)."""

@@ -138,6 +138,7 @@ def pending_migrations(
     conn: Connection,
     files: list[MigrationFile],
     cur: Cursor | None = None,
+    *,
     sources: frozenset[str] = frozenset({"ENGINE", "PROJECT"}),
     shared: bool = False,
 ) -> list[MigrationFile]:
@@ -220,7 +221,9 @@ def migrate(
             )
     applied: list[str] = []
     for item in pending:
-        if _apply(dialect, conn, item, files, lock_timeout, len(applied), init.shared):
+        if _apply(
+            dialect, conn, item, files, lock_timeout=lock_timeout, earlier=len(applied), shared=init.shared
+        ):
             applied.append(item.label)
     return MigrateResult(init, applied)
 
@@ -230,6 +233,7 @@ def _apply(
     conn: Connection,
     item: MigrationFile,
     files: list[MigrationFile],
+    *,
     lock_timeout: float | None,
     earlier: int,
     shared: bool = False,

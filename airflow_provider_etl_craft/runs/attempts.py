@@ -193,7 +193,7 @@ class EndAttempt(Transition):
             if updated != 1:
                 raise closed_by_someone_else(handle)
             if handle.map_index is not None:
-                settle_mapped(self, cur, handle.task_run_id, map_count, now_db)
+                settle_mapped(self, cur, handle.task_run_id, map_count=map_count, now_db=now_db)
             else:
                 self.exec(
                     cur,
@@ -211,6 +211,7 @@ def settle_mapped(
     transition: Transition,
     cur: Cursor,
     task_run_id: int,
+    *,
     map_count: int | None,
     now_db: Any,
     airflow_only: Mapping[int, IndexAttempt] | None = None,

@@ -130,7 +130,7 @@ class Claim(Transition):
                 lenient = (
                     ()
                     if task_codes is None
-                    else self._lenient(cur, pipeline_id, pipeline_code, task_codes, where)
+                    else self._lenient(cur, pipeline_id, pipeline_code, task_codes=task_codes, where=where)
                 )
                 outcome = self._claim_run(cur, pipeline_id, pipeline_code, identity)
         except self.engine.integrity_error() as exc:
@@ -179,7 +179,7 @@ class Claim(Transition):
         )
         began = time.monotonic()
         row = self.engine.call_at_once(
-            self.conn, CLAIM_FUNCTION, pipeline_lock(pipeline_code), self.lock_timeout, call
+            self.conn, CLAIM_FUNCTION, call, lock=pipeline_lock(pipeline_code), lock_timeout=self.lock_timeout
         )
         if row is None or row[0] == OneCallAnswer.SCHEMA_NOT_CURRENT:
             return None
@@ -195,7 +195,7 @@ class Claim(Transition):
         return ClaimOutcome(ClaimAction(answer.action), int(answer.run[0]), lenient_tasks=answer.lenient)
 
     def _lenient(
-        self, cur: Cursor, pipeline_id: int, code: str, task_codes: Collection[str], where: str
+        self, cur: Cursor, pipeline_id: int, code: str, *, task_codes: Collection[str], where: str
     ) -> tuple[str, ...]:
         """Compare the DAG's task codes with the active ``CFG_TASKS``; return the lenient ones (one query).
 
@@ -241,7 +241,11 @@ class Claim(Transition):
             if mine is not None:  # a cleared DAG run of an ended run: left as it is while paused
                 return ClaimOutcome(ClaimAction.SKIPPED, mine.pipeline_run_id, reason=reason)
             run_id = self._insert_run(
-                cur, pipeline_id, identity, RunStatus.SKIPPED, (pause.paused_by, pause.paused_by_kind)
+                cur,
+                pipeline_id,
+                identity,
+                RunStatus.SKIPPED,
+                ended_by=(pause.paused_by, pause.paused_by_kind),
             )
             return ClaimOutcome(ClaimAction.SKIPPED, run_id, reason=reason)
         if mine is not None:
@@ -261,8 +265,10 @@ class Claim(Transition):
         if verdict.result == WAIT:
             return ClaimOutcome(ClaimAction.WAITING, reason=f"pipeline {code}: {verdict.reason}")
         status = RunStatus.IN_PROGRESS if verdict.result == SATISFIED else RunStatus.SKIPPED
-        run_id = self._insert_run(cur, pipeline_id, identity, status, (identity.actor, identity.actor_kind))
-        self.gates.record(cur, verdict, run_id, None, self.now()[1])
+        run_id = self._insert_run(
+            cur, pipeline_id, identity, status, ended_by=(identity.actor, identity.actor_kind)
+        )
+        self.gates.record(cur, verdict, pipeline_run_id=run_id, attempt_id=None, now_db=self.now()[1])
         action = ClaimAction.CREATED if status == RunStatus.IN_PROGRESS else ClaimAction.SKIPPED
         return ClaimOutcome(action, run_id, reason=f"pipeline {code}: {verdict.reason}")
 
@@ -272,6 +278,7 @@ class Claim(Transition):
         pipeline_id: int,
         identity: RunIdentity,
         status: RunStatus,
+        *,
         ended_by: tuple[str | None, str | None] | None = None,
     ) -> int:
         """Insert the keyed run IN-PROGRESS, or already ended (SKIPPED) with ``ended_by`` (actor, kind)."""
@@ -313,9 +320,9 @@ class Abandon(Transition):
         """
         with self.locked(pipeline_code) as cur:
             row = self.exec(cur, _RUN_OF_PIPELINE, (pipeline_run_id, pipeline_code)).fetchone()
-            if row is None or row[2] != RunStatus.IN_PROGRESS:
+            run = None if row is None else self.run_row(row)
+            if run is None or run.status != RunStatus.IN_PROGRESS:
                 return False
-            run = self.run_row(row)
             now_db = self.now()[1]
             note = clean_text(f"abandoned: {reason}")
             self.exec(
@@ -342,8 +349,8 @@ class Abandon(Transition):
                 run,
                 InterventionAction.CANCEL,
                 (RunStatus.IN_PROGRESS, RunStatus.CANCELLED),
-                f"abandoned: {reason}",
-                identity,
+                reason=f"abandoned: {reason}",
+                identity=identity,
             )
             self.announce(cur, run.pipeline_id)
             return True

@@ -146,11 +146,13 @@ class FinishRun(Transition):
             now, now_db = self.now()
             lost = self._close_lost(cur, run.pipeline_run_id, now_db)
             statuses, skipped = self._task_statuses(
-                cur, run, identity, airflow_states, map_states or {}, now_db
+                cur, run, identity, airflow_states=airflow_states, map_states=map_states or {}, now_db=now_db
             )
             final = _final_status(statuses, frozenset(not_deciding))
             sla = sla_status or _sla(run, sla_hours, now)
-            self._close_run(cur, run, final, None if sla_status else sla, identity, now_db)
+            self._close_run(
+                cur, run, final, new_sla=None if sla_status else sla, identity=identity, now_db=now_db
+            )
             self.announce(cur, run.pipeline_id)
         failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
         outcome = FinishOutcome(run.pipeline_run_id, final, skipped=_sorted(skipped), lost=_sorted(lost))
@@ -183,7 +185,11 @@ class FinishRun(Transition):
         )
         began = time.monotonic()
         row = self.engine.call_at_once(
-            self.conn, FINISH_FUNCTION, pipeline_lock(pipeline_code), self.lock_timeout, call
+            self.conn,
+            FINISH_FUNCTION,
+            call,
+            lock=pipeline_lock(pipeline_code),
+            lock_timeout=self.lock_timeout,
         )
         if row is None or row[0] in (OneCallAnswer.SCHEMA_NOT_CURRENT, OneCallAnswer.DECIDE_IN_TRANSACTION):
             return None
@@ -203,6 +209,7 @@ class FinishRun(Transition):
         cur: Cursor,
         run: RunRow,
         final: RunStatus,
+        *,
         new_sla: str | None,
         identity: RunIdentity,
         now_db: Any,
@@ -224,6 +231,7 @@ class FinishRun(Transition):
         cur: Cursor,
         run: RunRow,
         identity: RunIdentity,
+        *,
         airflow_states: Mapping[str, str | None],
         map_states: Mapping[str, Mapping[int, str | None]],
         now_db: Any,
@@ -238,16 +246,32 @@ class FinishRun(Transition):
             if task_code in map_states and (task_run_id is not None or map_states[task_code]):
                 indexes = map_states[task_code]
                 task_run_id = task_run_id or self._insert_task_run(cur, task_id, run.pipeline_run_id, now_db)
-                status = settle_mapped(self, cur, task_run_id, len(indexes), now_db, _unrecorded(indexes))
+                status = settle_mapped(
+                    self,
+                    cur,
+                    task_run_id,
+                    map_count=len(indexes),
+                    now_db=now_db,
+                    airflow_only=_unrecorded(indexes),
+                )
             elif task_run_id is None:
                 if task_code not in airflow_states:
                     continue  # active in CFG_TASKS but not part of this DAG
-                status = self._record_unrun(cur, run, task_id, airflow_states[task_code], identity, now_db)
+                state = airflow_states[task_code]
+                status = self._record_unrun(cur, run, task_id, state=state, identity=identity, now_db=now_db)
                 if status == TaskRunStatus.SKIPPED:
                     skipped.append(task_code)
             else:
                 state = airflow_states.get(task_code)
-                status = self._follow_mark(cur, run, (task_id, task_run_id), status, state, identity, now_db)
+                status = self._follow_mark(
+                    cur,
+                    run,
+                    (task_id, task_run_id),
+                    status=status,
+                    state=state,
+                    identity=identity,
+                    now_db=now_db,
+                )
             statuses.append((task_code, handler, status))
         return statuses, skipped
 
@@ -287,7 +311,7 @@ class FinishRun(Transition):
         return int(task_run_id)
 
     def _record_unrun(
-        self, cur: Cursor, run: RunRow, task_id: int, state: str | None, identity: RunIdentity, now_db: Any
+        self, cur: Cursor, run: RunRow, task_id: int, *, state: str | None, identity: RunIdentity, now_db: Any
     ) -> TaskRunStatus:
         """A task of the DAG that recorded no attempt: recorded as Airflow saw it; returns its status."""
         if state == "success":
@@ -317,7 +341,10 @@ class FinishRun(Transition):
             ),
         )
         if status == TaskRunStatus.SUCCESS:
-            self.intervention(cur, run, InterventionAction.MARK, (None, status), why, identity, task_id)
+            mark = (None, status)
+            self.intervention(
+                cur, run, InterventionAction.MARK, mark, reason=why, identity=identity, task_id=task_id
+            )
         return status
 
     def _follow_mark(
@@ -325,6 +352,7 @@ class FinishRun(Transition):
         cur: Cursor,
         run: RunRow,
         task: tuple[int, int],
+        *,
         status: str,
         state: str | None,
         identity: RunIdentity,
@@ -348,7 +376,15 @@ class FinishRun(Transition):
             "TASK_LOG = ? WHERE TASK_RUN_ID = ?",
             (to_status, now_db, reason if to_status == TaskRunStatus.FAILED else None, reason, task[1]),
         )
-        self.intervention(cur, run, InterventionAction.MARK, (status, to_status), reason, identity, task[0])
+        self.intervention(
+            cur,
+            run,
+            InterventionAction.MARK,
+            (status, to_status),
+            reason=reason,
+            identity=identity,
+            task_id=task[0],
+        )
         return to_status
 
 

@@ -54,7 +54,11 @@ _RECORD_DECISION = {
 
 
 class GateWaiting(Exception):  # noqa: N818 - an outcome, not an error
-    """The gate cannot decide yet (an upstream is IN-PROGRESS, or the pipeline is paused); nothing was written."""
+    """The gate cannot decide yet (an upstream is IN-PROGRESS, or the pipeline is paused); nothing was written.
+
+    Raised by a task's start, which otherwise returns an attempt handle; a claim reports the same situations as
+    ``ClaimOutcome.action`` WAITING / SKIPPED instead (see :class:`~.records.ClaimOutcome` for why).
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -69,7 +73,7 @@ class GateSkipped(Exception):  # noqa: N818 - an outcome, not an error
         self.reason = reason
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Edge:
     """One active dependency row."""
 
@@ -188,7 +192,14 @@ class Gates:
 
     def pipeline_edges(self, cur: Cursor, pipeline_id: int) -> list[Edge]:
         return [
-            Edge("pipeline", int(r[0]), r[1], r[2] == "Y", int(r[3]), r[4])
+            Edge(
+                kind="pipeline",
+                dependency_id=int(r[0]),
+                dependency_type=r[1],
+                consume_repairs=r[2] == "Y",
+                upstream_pipeline_id=int(r[3]),
+                upstream_pipeline_code=r[4],
+            )
             for r in self._rows(
                 cur,
                 "SELECT d.PIPELINE_DEPENDENCY_ID, d.DEPENDENCY_TYPE, d.CONSUME_REPAIRS, d.DEPENDS_ON_PIPELINE_ID, "
@@ -201,15 +212,15 @@ class Gates:
     def task_edges(self, cur: Cursor, pipeline_id: int, task_id: int) -> list[Edge]:
         return [
             Edge(
-                "task",
-                int(r[0]),
-                r[1],
-                r[2] == "Y",
-                int(r[3]),
-                r[4],
-                int(r[5]),
-                r[6],
-                int(r[3]) == pipeline_id,
+                kind="task",
+                dependency_id=int(r[0]),
+                dependency_type=r[1],
+                consume_repairs=r[2] == "Y",
+                upstream_pipeline_id=int(r[3]),
+                upstream_pipeline_code=r[4],
+                upstream_task_id=int(r[5]),
+                upstream_task_code=r[6],
+                same_pipeline=int(r[3]) == pipeline_id,
             )
             for r in self._rows(
                 cur,
@@ -364,7 +375,7 @@ class Gates:
     # -- what is written ---------------------------------------------------------------------------------
 
     def record(
-        self, cur: Cursor, verdict: GateVerdict, pipeline_run_id: int, attempt_id: int | None, now_db: Any
+        self, cur: Cursor, verdict: GateVerdict, *, pipeline_run_id: int, attempt_id: int | None, now_db: Any
     ) -> None:
         """One ``AUD_GATE_DECISIONS`` row per decided edge."""
         for v in verdict.decided:

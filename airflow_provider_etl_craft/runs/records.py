@@ -50,7 +50,8 @@ class RunRow:
         "r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, "
         "r.OUTPUT_REVISION"
     )
-    WIDTH: ClassVar[int] = 8
+    #: How many columns :data:`COLUMNS` names: a row's first ``WIDTH`` values are the run's.
+    WIDTH: ClassVar[int] = COLUMNS.count(",") + 1
 
     pipeline_run_id: int
     pipeline_id: int
@@ -105,7 +106,7 @@ class Pause:
         return f"pipeline {code} is paused by {self.paused_by or 'someone'}{since}: {self.reason or 'no reason given'}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AttemptHandle:
     """The live attempt a task try writes to; ``owner_id`` proves it is still this try's row at the end."""
 
@@ -131,6 +132,12 @@ class ClaimOutcome:
     the pipeline is IN-PROGRESS: ``blocking``), WAITING (a pipeline dependency's upstream is IN-PROGRESS;
     nothing written) or SKIPPED (the pipeline is paused, or its dependencies are not satisfied: the run
     is recorded SKIPPED). ``reason`` explains WAITING and SKIPPED.
+
+    A claim *reports* WAITING and SKIPPED as actions, where a task's start *raises* ``GateWaiting`` /
+    ``GateSkipped`` (:mod:`~.gates`): the claim's caller (``ClaimPipelineRunOperator``, the CLI) branches on every
+    action alike (BLOCKED and WAITING poke again or defer, SKIPPED skips the claim task), while a start's
+    caller gets an attempt handle back, so a start that opens none can only leave by an exception. Raising from
+    the claim would change what its callers see; the two forms stay, each documented here and in ``gates``.
     """
 
     action: ClaimAction

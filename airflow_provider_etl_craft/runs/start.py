@@ -246,7 +246,7 @@ class StartAttempt(Transition):
         with self.engine.transaction(self.conn) as cur:
             context = self._context(cur, attempt, number)
             verdict = self._judge(cur, attempt, context)
-            return self._write(cur, attempt, number, note, context, verdict)
+            return self._write(cur, attempt, number=number, note=note, context=context, verdict=verdict)
 
     def _open_at_once(self, attempt: Try, number: int) -> AttemptHandle | None:
         """:data:`START_AT_ONCE`, where the dialect runs it; None when it wrote nothing (judge it in a transaction)."""
@@ -311,18 +311,19 @@ class StartAttempt(Transition):
             ).fetchone()
         if row is None:
             return None
-        if row[3] not in LIVE_ATTEMPT:
-            raise GateSkipped(f"task {attempt.task_code} {row[4] or SKIP_NOTE.strip()}")
+        attempt_id, task_run_id, pipeline_run_id, status, task_log = row
+        if status not in LIVE_ATTEMPT:
+            raise GateSkipped(f"task {attempt.task_code} {task_log or SKIP_NOTE.strip()}")
         # consumes=True: consuming the gate decisions it recorded finds nothing when there are none.
         return AttemptHandle(
-            int(row[2]),
-            int(row[1]),
-            int(row[0]),
-            number,
-            self.token,
-            attempt.task_code,
-            True,
-            attempt.map_index,
+            pipeline_run_id=int(pipeline_run_id),
+            task_run_id=int(task_run_id),
+            attempt_id=int(attempt_id),
+            attempt_number=number,
+            owner_id=self.token,
+            task_code=attempt.task_code,
+            consumes=True,
+            map_index=attempt.map_index,
         )
 
     def _adopt(self, attempt: Try) -> AttemptHandle | None:
@@ -346,15 +347,16 @@ class StartAttempt(Transition):
             )
         # consumes=True: the attempt's gate decisions were recorded when it opened; consuming them on success
         # is one INSERT … SELECT that finds nothing when there is nothing to consume.
+        attempt_id, task_run_id, pipeline_run_id = row
         return AttemptHandle(
-            int(row[2]),
-            int(row[1]),
-            int(row[0]),
-            attempt.try_number,
-            owner,
-            attempt.task_code,
-            True,
-            attempt.map_index,
+            pipeline_run_id=int(pipeline_run_id),
+            task_run_id=int(task_run_id),
+            attempt_id=int(attempt_id),
+            attempt_number=attempt.try_number,
+            owner_id=owner,
+            task_code=attempt.task_code,
+            consumes=True,
+            map_index=attempt.map_index,
         )
 
     def _attempt_taken(self, attempt: Try, number: int) -> tuple[str, int, bool] | None:
@@ -369,7 +371,10 @@ class StartAttempt(Transition):
                 f"COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN {LIVE_SQL}) " + _ATTEMPT_OF_KEYED_TRY,
                 attempt.params(number),
             ).fetchone()
-        return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)
+        if row is None:
+            return None
+        status, highest, live = row
+        return status, int(highest), int(live) > 0
 
     def _context(self, cur: Cursor, attempt: Try, number: int) -> _Context:
         """Read what the start decides on.
@@ -430,6 +435,7 @@ class StartAttempt(Transition):
         self,
         cur: Cursor,
         attempt: Try,
+        *,
         number: int,
         note: str | None,
         context: _Context,
@@ -439,7 +445,7 @@ class StartAttempt(Transition):
         dependencies are not satisfied, with the task run SKIPPED) and record the gate decisions."""
         run, now_db = context.run, self.now()[1]
         if context.earlier_live:
-            self._close_earlier(cur, attempt, number, context, now_db)
+            self._close_earlier(cur, attempt, number=number, context=context, now_db=now_db)
         task_run_id = self.returning(
             cur,
             "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
@@ -451,10 +457,18 @@ class StartAttempt(Transition):
         unsatisfied = verdict is not None and verdict.result == UNSATISFIED
         skip = clean_text(f"{SKIP_NOTE}{verdict.reason}") if verdict is not None and unsatisfied else None
         handle = self._insert_attempt(
-            cur, attempt, number, int(task_run_id), run, (skip or note, skip), now_db
+            cur,
+            attempt,
+            number=number,
+            task_run_id=int(task_run_id),
+            run=run,
+            log_and_error=(skip or note, skip),
+            now_db=now_db,
         )
         if verdict is not None:
-            self.gates.record(cur, verdict, run.pipeline_run_id, handle.attempt_id, now_db)
+            self.gates.record(
+                cur, verdict, pipeline_run_id=run.pipeline_run_id, attempt_id=handle.attempt_id, now_db=now_db
+            )
             consumes = any(v.result == SATISFIED and not v.edge.same_pipeline for v in verdict.decided)
             handle = replace(handle, consumes=consumes)
         if skip is None:
@@ -466,10 +480,12 @@ class StartAttempt(Transition):
                 (now_db, skip, task_run_id),
             )
         else:
-            settle_mapped(self, cur, int(task_run_id), None, now_db)
+            settle_mapped(self, cur, int(task_run_id), map_count=None, now_db=now_db)
         return handle, GateSkipped(f"task {attempt.task_code} {skip}")
 
-    def _close_earlier(self, cur: Cursor, attempt: Try, number: int, context: _Context, now_db: Any) -> None:
+    def _close_earlier(
+        self, cur: Cursor, attempt: Try, *, number: int, context: _Context, now_db: Any
+    ) -> None:
         """An earlier try's worker died without recording: close its attempt LOST."""
         lost = (
             f"lost: Airflow started try {attempt.try_number} while this attempt was still live (its worker "
@@ -487,6 +503,7 @@ class StartAttempt(Transition):
         self,
         cur: Cursor,
         attempt: Try,
+        *,
         number: int,
         task_run_id: int,
         run: RunRow,
@@ -517,14 +534,13 @@ class StartAttempt(Transition):
             ),
         )
         return AttemptHandle(
-            run.pipeline_run_id,
-            task_run_id,
-            int(attempt_id),
-            number,
-            owner,
-            attempt.task_code,
-            False,
-            attempt.map_index,
+            pipeline_run_id=run.pipeline_run_id,
+            task_run_id=task_run_id,
+            attempt_id=int(attempt_id),
+            attempt_number=number,
+            owner_id=owner,
+            task_code=attempt.task_code,
+            map_index=attempt.map_index,
         )
 
     def _explain_missing(self, cur: Cursor, attempt: Try) -> NoReturn:
@@ -566,6 +582,7 @@ class StartAttempt(Transition):
                 f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID = ?",  # noqa: S608
                 (run.pipeline_run_id,),
             ).fetchone()
-            if current is not None and current[2] != RunStatus.IN_PROGRESS:
+            ended = None if current is None else self.run_row(current)
+            if ended is not None and ended.status != RunStatus.IN_PROGRESS:
                 cleared = f"task {attempt.task_code} ran again in Airflow (cleared)"
-                self.reopen(cur, self.run_row(current), attempt.identity, cleared, task_id)
+                self.reopen(cur, ended, attempt.identity, cleared, task_id=task_id)

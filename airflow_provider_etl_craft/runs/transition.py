@@ -62,6 +62,7 @@ class Transition:
         conn: Connection,
         lock_timeout: float | None,
         gates: Gates,
+        *,
         reconnect: Callable[[str], Connection] | None = None,
     ) -> None:
         self.engine = engine
@@ -146,9 +147,10 @@ class Transition:
         :raises MetadataError: no active row has this code (says whether it is retired or unknown).
         """
         row = self.exec(cur, Pipeline.BY_CODE, (code,)).fetchone()
-        if row is not None and row[3] == "Y":
-            return int(row[0])
-        state = "does not exist" if row is None else "is retired (ACTIVE_FLAG='N')"
+        pipeline = None if row is None else Pipeline.from_db(row)
+        if pipeline is not None and pipeline.active_flag == "Y":
+            return pipeline.pipeline_id
+        state = "does not exist" if pipeline is None else "is retired (ACTIVE_FLAG='N')"
         raise MetadataError(
             f"pipeline {code} {state} in CFG_PIPELINES of the Engine DB {self.engine.describe()}; add or "
             "re-activate it through a project migration, or fix pipeline_code"
@@ -164,6 +166,7 @@ class Transition:
         run: RunRow,
         action: InterventionAction,
         change: tuple[str | None, str | None],
+        *,
         reason: str,
         identity: RunIdentity,
         task_id: int | None = None,
@@ -189,7 +192,7 @@ class Transition:
         )
 
     def reopen(
-        self, cur: Cursor, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None
+        self, cur: Cursor, run: RunRow, identity: RunIdentity, reason: str, *, task_id: int | None = None
     ) -> None:
         """Put an ended run back IN-PROGRESS with REPAIR_PENDING='Y' and a REOPEN intervention.
 
@@ -210,9 +213,9 @@ class Transition:
             run,
             InterventionAction.REOPEN,
             (run.status, RunStatus.IN_PROGRESS),
-            reason,
-            identity,
-            task_id,
+            reason=reason,
+            identity=identity,
+            task_id=task_id,
         )
 
     def conflict(self, exc: BaseException, what: str) -> StaleTransitionError:

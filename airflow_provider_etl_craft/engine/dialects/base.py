@@ -141,9 +141,10 @@ class EngineDialect(ABC, Generic[ConnT]):
         self,
         conn: ConnT,
         function: ServerFunction,
+        params: Sequence[Any],
+        *,
         lock: str,
         lock_timeout: float | None,
-        params: Sequence[Any],
     ) -> Row | None:
         """Call ``function`` with ``lock`` held, as one statement and its own transaction; its row.
 

@@ -791,9 +791,10 @@ class PostgresDialect(EngineDialect[PgConnection]):
         self,
         conn: PgConnection,
         function: ServerFunction,
+        params: Sequence[Any],
+        *,
         lock: str,
         lock_timeout: float | None,
-        params: Sequence[Any],
     ) -> Row | None:
         """Call ``function`` by its schema-qualified name, as its own transaction: one round trip with either driver.
 

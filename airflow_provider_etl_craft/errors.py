@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def first_line(exc: BaseException, default: str | None = None) -> str:
+    """The first line of ``exc``'s message (a driver's error may span several), or ``default`` (the exception's
+    class name) when it has none: what the provider's messages quote of an error they wrap."""
+    return (str(exc).strip().splitlines() or [default or type(exc).__name__])[0]
+
+
 class EtlCraftError(Exception):
     """Base of every expected error; ``exit_code`` is the CLI status, ``retryable`` the Airflow outcome."""
 

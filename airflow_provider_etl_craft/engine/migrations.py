@@ -23,7 +23,7 @@ from airflow_provider_etl_craft.engine.schema import (
 )
 from airflow_provider_etl_craft.engine.shared import PROVIDER_LEDGER, adoption_steps
 from airflow_provider_etl_craft.engine.url import resolve_beside
-from airflow_provider_etl_craft.errors import LockTimeoutError, MigrationError
+from airflow_provider_etl_craft.errors import LockTimeoutError, MigrationError, first_line
 from airflow_provider_etl_craft.paths import checked_path, read_text
 
 MIGRATIONS_ENV_VAR = "ETL_CRAFT_MIGRATIONS_DIR"
@@ -278,7 +278,7 @@ def _apply(
     except Exception as exc:
         if isinstance(exc, dialect.database_error()) and (transient := dialect.classify(exc)).retryable:
             raise transient from exc  # the server went away or a conflict: not the file's fault
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        detail = first_line(exc)
         raise MigrationError(
             f"migration {item.label} failed and was rolled back ({detail}); fix the file and run migrate "
             f"again ({earlier} earlier file(s) stay applied)"

@@ -1,17 +1,71 @@
-"""End a live attempt, or park it while Airflow reschedules or defers its try (docs/lifecycle.md, *Attempts*)."""
+"""End a live attempt, or park it while Airflow reschedules or defers its try (docs/lifecycle.md, *Attempts*).
+
+The rules are :class:`EndAttempt` and :class:`ParkAttempt`. An end's common case (unmapped, nothing to consume,
+not a skip) also has a one-statement form, :data:`END_AT_ONCE`, which the dialect runs where the database has
+data-modifying ``WITH`` (PostgreSQL); ``tests/integration/test_claim_finish_at_once.py`` plays the same task
+ends with and without it and compares every ``AUD_`` row.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
+from airflow_provider_etl_craft.engine.dialects.base import OneStatement
 from airflow_provider_etl_craft.errors import StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import TaskCounts, clean_text
 from airflow_provider_etl_craft.runs.mapped import IndexAttempt, settle
-from airflow_provider_etl_craft.runs.records import ATTEMPT_ENDS, SKIP_NOTE, AttemptHandle, map_key
+from airflow_provider_etl_craft.runs.records import SKIP_NOTE, AttemptHandle, map_key
 from airflow_provider_etl_craft.runs.transition import Transition
+from airflow_provider_etl_craft.runs.vocabulary import (
+    ATTEMPT_ENDS,
+    LIVE_SQL,
+    AttemptEnd,
+    AttemptStatus,
+    TaskRunStatus,
+)
+
+#: Park a RUNNING attempt QUEUED; parameters: now (queued at), now (heartbeat), note, attempt id, owner.
+_PARK = (
+    f"UPDATE AUD_TASK_ATTEMPTS SET STATUS = '{AttemptStatus.QUEUED}', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "  # noqa: S608 - constant SQL
+    f"WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = '{AttemptStatus.RUNNING}'"
+)
+
+
+#: End a live attempt and copy it to its task run in one statement (no consumption to write), and announce
+#: the change (one row per task run updated, so the row count is what an UPDATE's would be). Parameters:
+#: :meth:`EndCall.params`, then the change channel and notice prefix (the dialect adds them).
+END_AT_ONCE = OneStatement(
+    "WITH a AS (UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "  # noqa: S608 - constant SQL
+    "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
+    f"WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN {LIVE_SQL} RETURNING TASK_RUN_ID), "
+    "t AS (UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, INSERT_COUNT = ?, "
+    "UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
+    "WHERE TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM a) RETURNING PIPELINE_RUN_ID) "
+    "SELECT pg_notify(?, ? || r.PIPELINE_ID) FROM t JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = t.PIPELINE_RUN_ID",
+    notifies=True,
+)
+
+
+class EndCall(NamedTuple):
+    """What :data:`END_AT_ONCE` writes: the attempt's end, then its task run's."""
+
+    attempt_status: AttemptStatus
+    ended_at: Any
+    #: The six counts of :class:`~.counts.TaskCounts`, in its order (the attempt's and the task run's).
+    counts: tuple[int | None, ...]
+    error: str | None
+    attempt_id: int
+    owner_id: str
+    run_status: TaskRunStatus
+
+    def params(self) -> tuple[Any, ...]:
+        """The statement's parameters, in its order."""
+        attempt = (self.attempt_status, self.ended_at, self.ended_at, *self.counts, self.error)
+        task_run = (self.run_status, self.ended_at, *self.counts, self.error)
+        return (*attempt, self.attempt_id, self.owner_id, *task_run)
 
 
 class ParkAttempt(Transition):
@@ -33,11 +87,10 @@ class ParkAttempt(Transition):
         now_db = self.now()[1]
         updated = self.engine.write_alone(
             self.conn,
-            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'QUEUED', QUEUED_AT = ?, HEARTBEAT_AT = ?, TASK_LOG = ? "
-            "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS = 'RUNNING'",
+            _PARK,
             (now_db, now_db, clean_text(note), handle.attempt_id, handle.owner_id),
         ).rowcount
-        if updated != 1 and not left_as(self, handle, "QUEUED"):
+        if updated != 1 and not left_as(self, handle, AttemptStatus.QUEUED):
             raise closed_by_someone_else(handle)
 
 
@@ -45,8 +98,8 @@ class ParkAttempt(Transition):
 class _Ending:
     """What an ended attempt writes to its row and its task run's."""
 
-    attempt_status: str
-    run_status: str
+    attempt_status: AttemptStatus
+    run_status: TaskRunStatus
     counts: tuple[int | None, ...]
     error: str | None
     #: TASK_LOG (a skip's reason; None keeps the row's).
@@ -68,7 +121,7 @@ class EndAttempt(Transition):
     def __call__(
         self,
         handle: AttemptHandle,
-        status: str,
+        status: AttemptEnd | str,
         counts: TaskCounts | None = None,
         error: str | None = None,
         map_count: int | None = None,
@@ -87,24 +140,25 @@ class EndAttempt(Transition):
             raise ValueError(f"an attempt ends {', '.join(ATTEMPT_ENDS)}, not {status!r}")
         message = None if error is None else clean_text(error)
         note = None
-        if status == "SKIPPED":
+        if status == AttemptEnd.SKIPPED:
             note, message = clean_text(SKIP_NOTE + (error or "")), None
         ending = _Ending(
-            *ATTEMPT_ENDS[status], (counts or TaskCounts()).values(), message, note, self.now()[1]
+            *ATTEMPT_ENDS[AttemptEnd(status)], (counts or TaskCounts()).values(), message, note, self.now()[1]
         )
-        consume = status == "SUCCESS" and handle.consumes
+        consume = status == AttemptEnd.SUCCESS and handle.consumes
         if note is None and handle.map_index is None and not consume:
-            at_once = (ending.attempt_status, ending.now_db, ending.now_db, *ending.counts, message)
-            at_once += (
-                handle.attempt_id,
-                handle.owner_id,
-                ending.run_status,
-                ending.now_db,
-                *ending.counts,
-                message,
+            call = EndCall(
+                attempt_status=ending.attempt_status,
+                ended_at=ending.now_db,
+                counts=ending.counts,
+                error=message,
+                attempt_id=handle.attempt_id,
+                owner_id=handle.owner_id,
+                run_status=ending.run_status,
             )
-            updated = self.engine.end_attempt_at_once(self.conn, at_once)
-            if updated is not None:
+            result = self.engine.write_at_once(self.conn, END_AT_ONCE, call.params())
+            if result is not None:
+                updated = result.rowcount
                 if updated != 1 and not left_as(self, handle, ending.attempt_status):
                     raise closed_by_someone_else(handle)
                 return
@@ -121,10 +175,10 @@ class EndAttempt(Transition):
         with self.engine.transaction(self.conn) as cur:
             updated = self.exec(
                 cur,
-                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
+                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "  # noqa: S608 - constant SQL
                 "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, "
                 "ERROR_MESSAGE = ?, TASK_LOG = COALESCE(?, TASK_LOG) WHERE ATTEMPT_ID = ? AND OWNER_ID = ? "
-                "AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')",
+                f"AND STATUS IN {LIVE_SQL}",
                 (
                     ending.attempt_status,
                     now_db,
@@ -139,7 +193,7 @@ class EndAttempt(Transition):
             if updated != 1:
                 raise closed_by_someone_else(handle)
             if handle.map_index is not None:
-                settle_mapped(self, cur, handle.task_run_id, map_count, now_db)
+                settle_mapped(self, cur, handle.task_run_id, map_count=map_count, now_db=now_db)
             else:
                 self.exec(
                     cur,
@@ -157,6 +211,7 @@ def settle_mapped(
     transition: Transition,
     cur: Cursor,
     task_run_id: int,
+    *,
     map_count: int | None,
     now_db: Any,
     airflow_only: Mapping[int, IndexAttempt] | None = None,
@@ -173,8 +228,8 @@ def settle_mapped(
         "ORDER BY COALESCE(MAP_INDEX, -1), ATTEMPT_NUMBER",
         (task_run_id,),
     ).fetchall():
-        skipped = status == "CANCELLED" and (log or "").startswith(SKIP_NOTE)
-        latest[map_key(map_index)] = IndexAttempt(status, skipped, error, counts)
+        skipped = status == AttemptStatus.CANCELLED and (log or "").startswith(SKIP_NOTE)
+        latest[map_key(map_index)] = IndexAttempt(AttemptStatus(status), skipped, error, counts)
     settled = settle(latest, map_count)
     transition.exec(
         cur,
@@ -183,7 +238,7 @@ def settle_mapped(
         "WHERE TASK_RUN_ID = ?",
         (
             settled.status,
-            None if settled.status == "IN-PROGRESS" else now_db,
+            None if settled.status == TaskRunStatus.IN_PROGRESS else now_db,
             *settled.counts,
             settled.error,
             settled.log,
@@ -193,7 +248,7 @@ def settle_mapped(
     return settled.status
 
 
-def left_as(transition: Transition, handle: AttemptHandle, status: str) -> bool:
+def left_as(transition: Transition, handle: AttemptHandle, status: AttemptStatus) -> bool:
     """Whether the handle's attempt is already ``status`` under the handle's owner: the same call's effect,
     committed while its reply was lost (nobody else writes that owner; a later try or the finish closes it
     LOST)."""

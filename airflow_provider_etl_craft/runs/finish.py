@@ -1,4 +1,13 @@
-"""End a pipeline run once Airflow is done with its tasks (docs/lifecycle.md, *Runs*)."""
+"""End a pipeline run once Airflow is done with its tasks (docs/lifecycle.md, *Runs*).
+
+Where "finish a run" is decided: :class:`FinishRun` (the final status, the SLA, tasks Airflow never ran, marks
+by hand, lost attempts). Its common case (every task recorded, nothing live, nothing marked by hand) also has a
+server-side form on PostgreSQL, one round trip: the function ``ETL_CRAFT_FINISH`` of ENGINE migration
+``sql/postgresql/migrations/0003_claim_finish_functions.sql`` (migrations are immutable: a change is a new
+migration and a new function name). :data:`FINISH_FUNCTION` declares its arguments (:class:`FinishCall`);
+``tests/integration/test_claim_finish_at_once.py`` plays the same scenarios with and without it and compares
+every outcome and every ``AUD_`` row.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +16,27 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
-from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, ServerFunction
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
 from airflow_provider_etl_craft.engine.schema import current_marks
 from airflow_provider_etl_craft.errors import RunStateError
 from airflow_provider_etl_craft.runs.attempts import settle_mapped
 from airflow_provider_etl_craft.runs.identity import RunIdentity
 from airflow_provider_etl_craft.runs.mapped import AIRFLOW_FAILED, IndexAttempt
-from airflow_provider_etl_craft.runs.records import ALERT_HANDLER, FAILING_TASK, FinishOutcome, RunRow
+from airflow_provider_etl_craft.runs.records import ALERT_HANDLER, FinishOutcome, RunRow
 from airflow_provider_etl_craft.runs.transition import Transition
+from airflow_provider_etl_craft.runs.vocabulary import (
+    FAILING_TASK,
+    LIVE_SQL,
+    AttemptStatus,
+    InterventionAction,
+    OneCallAnswer,
+    RunStatus,
+    TaskRunStatus,
+)
 
 #: The keyed run with its SLA, row-locked; parameters: pipeline code, run key.
 _KEYED_RUN = (
@@ -34,6 +52,46 @@ _TASKS_OF_RUN = (
     "LEFT JOIN AUD_TASK_RUN_LOG tr ON tr.TASK_ID = t.TASK_ID AND tr.PIPELINE_RUN_ID = ? "
     "WHERE t.PIPELINE_ID = ? AND (t.ACTIVE_FLAG = 'Y' OR tr.TASK_RUN_ID IS NOT NULL)"
 )
+
+
+#: ``ETL_CRAFT_FINISH`` (see the module docstring): the types of :class:`FinishCall`'s fields, in order.
+FINISH_FUNCTION = ServerFunction(
+    "ETL_CRAFT_FINISH", ("TEXT[]", "TEXT[]", "TEXT", "TEXT", "JSONB", "TEXT[]", "TIMESTAMPTZ", "TEXT", "TEXT")
+)
+
+
+class FinishCall(NamedTuple):
+    """The arguments of :data:`FINISH_FUNCTION` (after the lock the dialect passes), in its order."""
+
+    #: ENGINE versions and Engine tables of a current schema (``engine.schema.current_marks``).
+    versions: list[str]
+    tables: list[str]
+    pipeline_code: str
+    run_key: str
+    #: Airflow's task states by code, a JSON object.
+    airflow_states: str
+    #: The codes whose failure decides nothing, sorted.
+    not_deciding: list[str]
+    #: The caller's time; the function records the later of it and the database's clock once it holds the lock.
+    now: Any
+    actor: str | None
+    actor_kind: str | None
+
+
+class _Answer(NamedTuple):
+    """The row of :data:`FINISH_FUNCTION`: FINISHED, or ENDED (it had ended already, nothing written); the
+    run's id, status and SLA status, and the codes of its failed or cancelled task runs."""
+
+    action: str
+    pipeline_run_id: int
+    status: str
+    sla_status: str | None
+    failed: tuple[str, ...]
+
+    @classmethod
+    def from_db(cls, row: Any) -> _Answer:
+        action, run_id, status, sla_status, failed = row
+        return cls(action, int(run_id), status, sla_status, tuple(failed or ()))
 
 
 class FinishRun(Transition):
@@ -78,7 +136,7 @@ class FinishRun(Transition):
                     "nothing to finish; the claim task failed or did not run (see its log)"
                 )
             run, sla_status, sla_hours = self.run_row(row[: RunRow.WIDTH]), *row[RunRow.WIDTH :]
-            if run.status != "IN-PROGRESS":
+            if run.status != RunStatus.IN_PROGRESS:
                 # Ended since this step began: by its first send, whose reply was lost (the end's time is the
                 # server's or the step's, whichever is later, so the time alone cannot prove it).
                 mine = self.repeating and run.end_date is not None and run.end_date >= self.began
@@ -88,11 +146,13 @@ class FinishRun(Transition):
             now, now_db = self.now()
             lost = self._close_lost(cur, run.pipeline_run_id, now_db)
             statuses, skipped = self._task_statuses(
-                cur, run, identity, airflow_states, map_states or {}, now_db
+                cur, run, identity, airflow_states=airflow_states, map_states=map_states or {}, now_db=now_db
             )
             final = _final_status(statuses, frozenset(not_deciding))
             sla = sla_status or _sla(run, sla_hours, now)
-            self._close_run(cur, run, final, None if sla_status else sla, identity, now_db)
+            self._close_run(
+                cur, run, final, new_sla=None if sla_status else sla, identity=identity, now_db=now_db
+            )
             self.announce(cur, run.pipeline_id)
         failed = sorted(c for c, _, s in statuses if s in FAILING_TASK)
         outcome = FinishOutcome(run.pipeline_run_id, final, skipped=_sorted(skipped), lost=_sorted(lost))
@@ -106,39 +166,53 @@ class FinishRun(Transition):
         airflow_states: Mapping[str, str | None],
         not_deciding: Collection[str],
     ) -> FinishOutcome | None:
-        """The dialect's one-call finish (PostgreSQL: ``ETL_CRAFT_FINISH``) when nothing needs recording but the
-        run's end: every task of the DAG has a task run Airflow's state does not overrule, and no attempt is
-        live. It writes what this class would write. None: nothing written, the transaction decides.
+        """The one-call finish (:data:`FINISH_FUNCTION`, where the dialect has it) when nothing needs recording
+        but the run's end: every task of the DAG has a task run Airflow's state does not overrule, and no attempt
+        is live. It writes what this class would write. None: nothing written, the transaction decides.
         """
         # ETL_CRAFT_FINISH sends the change notice itself, as the transaction form's announce() does.
         versions, tables = current_marks(self.engine.name)
-        began = time.monotonic()
-        row = self.engine.finish_at_once(
-            self.conn,
-            pipeline_lock(pipeline_code),
-            self.lock_timeout,
-            (
-                versions,
-                tables,
-                pipeline_code,
-                identity.run_key,
-                json.dumps(dict(airflow_states)),
-                sorted(set(not_deciding)),
-                self.now()[1],
-                identity.actor,
-                identity.actor_kind,
-            ),
+        call = FinishCall(
+            versions=versions,
+            tables=tables,
+            pipeline_code=pipeline_code,
+            run_key=identity.run_key,
+            airflow_states=json.dumps(dict(airflow_states)),
+            not_deciding=sorted(set(not_deciding)),
+            now=self.now()[1],
+            actor=identity.actor,
+            actor_kind=identity.actor_kind,
         )
-        if row is None:
+        began = time.monotonic()
+        row = self.engine.call_at_once(
+            self.conn,
+            FINISH_FUNCTION,
+            call,
+            lock=pipeline_lock(pipeline_code),
+            lock_timeout=self.lock_timeout,
+        )
+        if row is None or row[0] in (OneCallAnswer.SCHEMA_NOT_CURRENT, OneCallAnswer.DECIDE_IN_TRANSACTION):
             return None
         self.report_lock_wait(pipeline_code, time.monotonic() - began, "one_call")
-        action, run_id, status, sla_status, failed = row
-        if action == "ENDED":
-            return FinishOutcome(int(run_id), status, already_ended=True, sla_status=sla_status)
-        return FinishOutcome(int(run_id), status, failed=_sorted(list(failed or ())), sla_status=sla_status)
+        answer = _Answer.from_db(row)
+        status = RunStatus(answer.status)
+        if answer.action == OneCallAnswer.ENDED:
+            return FinishOutcome(
+                answer.pipeline_run_id, status, already_ended=True, sla_status=answer.sla_status
+            )
+        return FinishOutcome(
+            answer.pipeline_run_id, status, failed=_sorted(list(answer.failed)), sla_status=answer.sla_status
+        )
 
     def _close_run(
-        self, cur: Cursor, run: RunRow, final: str, new_sla: str | None, identity: RunIdentity, now_db: Any
+        self,
+        cur: Cursor,
+        run: RunRow,
+        final: RunStatus,
+        *,
+        new_sla: str | None,
+        identity: RunIdentity,
+        now_db: Any,
     ) -> None:
         """Write the run's end (a repair raises OUTPUT_REVISION) and, on SUCCESS, what it consumed."""
         revision = run.output_revision + (1 if run.repair_pending == "Y" else 0)
@@ -149,7 +223,7 @@ class FinishRun(Transition):
             "WHERE PIPELINE_RUN_ID = ?",
             (final, now_db, identity.actor, identity.actor_kind, new_sla, revision, run.pipeline_run_id),
         )
-        if final == "SUCCESS":
+        if final == RunStatus.SUCCESS:
             self.gates.consume_run(cur, run.pipeline_run_id, now_db)
 
     def _task_statuses(
@@ -157,6 +231,7 @@ class FinishRun(Transition):
         cur: Cursor,
         run: RunRow,
         identity: RunIdentity,
+        *,
         airflow_states: Mapping[str, str | None],
         map_states: Mapping[str, Mapping[int, str | None]],
         now_db: Any,
@@ -171,16 +246,32 @@ class FinishRun(Transition):
             if task_code in map_states and (task_run_id is not None or map_states[task_code]):
                 indexes = map_states[task_code]
                 task_run_id = task_run_id or self._insert_task_run(cur, task_id, run.pipeline_run_id, now_db)
-                status = settle_mapped(self, cur, task_run_id, len(indexes), now_db, _unrecorded(indexes))
+                status = settle_mapped(
+                    self,
+                    cur,
+                    task_run_id,
+                    map_count=len(indexes),
+                    now_db=now_db,
+                    airflow_only=_unrecorded(indexes),
+                )
             elif task_run_id is None:
                 if task_code not in airflow_states:
                     continue  # active in CFG_TASKS but not part of this DAG
-                status = self._record_unrun(cur, run, task_id, airflow_states[task_code], identity, now_db)
-                if status == "SKIPPED":
+                state = airflow_states[task_code]
+                status = self._record_unrun(cur, run, task_id, state=state, identity=identity, now_db=now_db)
+                if status == TaskRunStatus.SKIPPED:
                     skipped.append(task_code)
             else:
                 state = airflow_states.get(task_code)
-                status = self._follow_mark(cur, run, (task_id, task_run_id), status, state, identity, now_db)
+                status = self._follow_mark(
+                    cur,
+                    run,
+                    (task_id, task_run_id),
+                    status=status,
+                    state=state,
+                    identity=identity,
+                    now_db=now_db,
+                )
             statuses.append((task_code, handler, status))
         return statuses, skipped
 
@@ -188,8 +279,8 @@ class FinishRun(Transition):
         """Close attempts a killed worker left live as LOST, their task runs FAILED; returns the task codes."""
         lost = self.exec(
             cur,
-            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "
-            "WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') "
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "  # noqa: S608 - constant SQL
+            f"WHERE STATUS IN {LIVE_SQL} "
             "AND TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE PIPELINE_RUN_ID = ?) "
             "RETURNING TASK_RUN_ID",
             (
@@ -220,26 +311,40 @@ class FinishRun(Transition):
         return int(task_run_id)
 
     def _record_unrun(
-        self, cur: Cursor, run: RunRow, task_id: int, state: str | None, identity: RunIdentity, now_db: Any
-    ) -> str:
+        self, cur: Cursor, run: RunRow, task_id: int, *, state: str | None, identity: RunIdentity, now_db: Any
+    ) -> TaskRunStatus:
         """A task of the DAG that recorded no attempt: recorded as Airflow saw it; returns its status."""
         if state == "success":
-            status, why = "SUCCESS", "marked success in Airflow without running here (no attempt recorded)"
+            status, why = (
+                TaskRunStatus.SUCCESS,
+                "marked success in Airflow without running here (no attempt recorded)",
+            )
         elif state in AIRFLOW_FAILED:
             status, why = (
-                "FAILED",
+                TaskRunStatus.FAILED,
                 f"failed in Airflow before it recorded an attempt (Airflow state: {state})",
             )
         else:
-            status, why = "SKIPPED", f"not run by Airflow (Airflow state: {state or 'none'})"
+            status, why = TaskRunStatus.SKIPPED, f"not run by Airflow (Airflow state: {state or 'none'})"
         self.exec(
             cur,
             "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, END_DATE, STATUS, ATTEMPT_COUNT, "
             "ERROR_MESSAGE, TASK_LOG) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
-            (task_id, run.pipeline_run_id, now_db, now_db, status, why if status == "FAILED" else None, why),
+            (
+                task_id,
+                run.pipeline_run_id,
+                now_db,
+                now_db,
+                status,
+                why if status == TaskRunStatus.FAILED else None,
+                why,
+            ),
         )
-        if status == "SUCCESS":
-            self.intervention(cur, run, "MARK", (None, "SUCCESS"), why, identity, task_id)
+        if status == TaskRunStatus.SUCCESS:
+            mark = (None, status)
+            self.intervention(
+                cur, run, InterventionAction.MARK, mark, reason=why, identity=identity, task_id=task_id
+            )
         return status
 
     def _follow_mark(
@@ -247,6 +352,7 @@ class FinishRun(Transition):
         cur: Cursor,
         run: RunRow,
         task: tuple[int, int],
+        *,
         status: str,
         state: str | None,
         identity: RunIdentity,
@@ -254,10 +360,10 @@ class FinishRun(Transition):
     ) -> str:
         """Follow a task marked success or failed by hand in Airflow: the task run takes Airflow's outcome
         and a MARK intervention records the change. ``task`` is (task id, task run id); returns the status."""
-        if state == "success" and status not in ("SUCCESS", "IN-PROGRESS"):
-            to_status = "SUCCESS"
-        elif state == "failed" and status == "SUCCESS":
-            to_status = "FAILED"
+        if state == "success" and status not in (TaskRunStatus.SUCCESS, TaskRunStatus.IN_PROGRESS):
+            to_status = TaskRunStatus.SUCCESS
+        elif state == "failed" and status == TaskRunStatus.SUCCESS:
+            to_status = TaskRunStatus.FAILED
         else:
             return status
         reason = (
@@ -268,9 +374,17 @@ class FinishRun(Transition):
             cur,
             "UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = COALESCE(END_DATE, ?), ERROR_MESSAGE = ?, "
             "TASK_LOG = ? WHERE TASK_RUN_ID = ?",
-            (to_status, now_db, reason if to_status == "FAILED" else None, reason, task[1]),
+            (to_status, now_db, reason if to_status == TaskRunStatus.FAILED else None, reason, task[1]),
         )
-        self.intervention(cur, run, "MARK", (status, to_status), reason, identity, task[0])
+        self.intervention(
+            cur,
+            run,
+            InterventionAction.MARK,
+            (status, to_status),
+            reason=reason,
+            identity=identity,
+            task_id=task[0],
+        )
         return to_status
 
 
@@ -278,13 +392,13 @@ def _sorted(codes: list[str]) -> tuple[str, ...]:
     return tuple(sorted(codes))
 
 
-def _final_status(statuses: list[tuple[str, str, str]], not_deciding: frozenset[str]) -> str:
+def _final_status(statuses: list[tuple[str, str, str]], not_deciding: frozenset[str]) -> RunStatus:
     """FAILED when a data task that decides the run failed; SKIPPED when every task skipped; else SUCCESS."""
     if any(h != ALERT_HANDLER and c not in not_deciding and s in FAILING_TASK for c, h, s in statuses):
-        return "FAILED"
-    if all(s == "SKIPPED" for _, _, s in statuses):
-        return "SKIPPED"
-    return "SUCCESS"
+        return RunStatus.FAILED
+    if all(s == TaskRunStatus.SKIPPED for _, _, s in statuses):
+        return RunStatus.SKIPPED
+    return RunStatus.SUCCESS
 
 
 def _sla(run: RunRow, sla_hours: Any, now: datetime) -> str | None:
@@ -300,13 +414,13 @@ def _unrecorded(states: Mapping[int, str | None]) -> dict[int, IndexAttempt]:
     found: dict[int, IndexAttempt] = {}
     for index, state in states.items():
         if state == "success":
-            found[index] = IndexAttempt("SUCCESS")
+            found[index] = IndexAttempt(AttemptStatus.SUCCESS)
         elif state in AIRFLOW_FAILED:
             found[index] = IndexAttempt(
-                "FAILED", error=f"failed in Airflow before it recorded an attempt ({state})"
+                AttemptStatus.FAILED, error=f"failed in Airflow before it recorded an attempt ({state})"
             )
         else:
-            found[index] = IndexAttempt("CANCELLED", skipped=True)
+            found[index] = IndexAttempt(AttemptStatus.CANCELLED, skipped=True)
     return found
 
 

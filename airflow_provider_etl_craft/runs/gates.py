@@ -24,16 +24,17 @@ from typing import Any
 from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.runs.counts import clean_text
+from airflow_provider_etl_craft.runs.vocabulary import ENDED_RUN_SQL, GateResult, RunStatus, TaskRunStatus
 
-SATISFIED, UNSATISFIED, WAIT = "SATISFIED", "UNSATISFIED", "WAIT"
+SATISFIED, UNSATISFIED, WAIT = GateResult.SATISFIED, GateResult.UNSATISFIED, GateResult.WAIT
 #: Airflow task states after which a same-pipeline upstream will not record a row any more, and the
 #: status the gate reads them as (a task Airflow never ran counts as SKIPPED, as the finish records it).
 AIRFLOW_FINISHED = {
-    "failed": "FAILED",
-    "upstream_failed": "SKIPPED",
-    "skipped": "SKIPPED",
-    "removed": "SKIPPED",
-    "success": "SKIPPED",
+    "failed": TaskRunStatus.FAILED,
+    "upstream_failed": TaskRunStatus.SKIPPED,
+    "skipped": TaskRunStatus.SKIPPED,
+    "removed": TaskRunStatus.SKIPPED,
+    "success": TaskRunStatus.SKIPPED,
 }
 #: Asks Airflow for the state of same-pipeline upstream tasks, by task code (None: no state yet).
 UpstreamStates = Callable[[Sequence[str]], Mapping[str, str | None]]
@@ -53,7 +54,11 @@ _RECORD_DECISION = {
 
 
 class GateWaiting(Exception):  # noqa: N818 - an outcome, not an error
-    """The gate cannot decide yet (an upstream is IN-PROGRESS, or the pipeline is paused); nothing was written."""
+    """The gate cannot decide yet (an upstream is IN-PROGRESS, or the pipeline is paused); nothing was written.
+
+    Raised by a task's start, which otherwise returns an attempt handle; a claim reports the same situations as
+    ``ClaimOutcome.action`` WAITING / SKIPPED instead (see :class:`~.records.ClaimOutcome` for why).
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -68,7 +73,7 @@ class GateSkipped(Exception):  # noqa: N818 - an outcome, not an error
         self.reason = reason
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Edge:
     """One active dependency row."""
 
@@ -104,7 +109,7 @@ class Observed:
 @dataclass(frozen=True)
 class EdgeVerdict:
     edge: Edge
-    result: str
+    result: GateResult
     reason: str
     observed: Observed
 
@@ -113,26 +118,26 @@ class EdgeVerdict:
 class GateVerdict:
     """The gate's decision; ``decided`` holds the edges to record (those still waiting are left out)."""
 
-    result: str
+    result: GateResult
     reason: str
     decided: tuple[EdgeVerdict, ...]
     waiting: tuple[EdgeVerdict, ...]
 
 
-def judge_status(dependency_type: str, status: str | None, rows_written: int | None) -> str:
+def judge_status(dependency_type: str, status: str | None, rows_written: int | None) -> GateResult:
     """The truth table of docs/gates.md for one edge and one observed upstream status."""
     if status is None:
         return UNSATISFIED
-    if status == "IN-PROGRESS":
+    if status == RunStatus.IN_PROGRESS:
         return WAIT
     if dependency_type == "ALWAYS":
         return SATISFIED
     if dependency_type == "SUCCESS":
-        return SATISFIED if status == "SUCCESS" else UNSATISFIED
+        return SATISFIED if status == RunStatus.SUCCESS else UNSATISFIED
     if dependency_type == "HAS_DATA":
-        return SATISFIED if status == "SUCCESS" and (rows_written or 0) >= 1 else UNSATISFIED
+        return SATISFIED if status == RunStatus.SUCCESS and (rows_written or 0) >= 1 else UNSATISFIED
     if dependency_type == "FAILURE":
-        return SATISFIED if status == "FAILED" else UNSATISFIED
+        return SATISFIED if status == RunStatus.FAILED else UNSATISFIED
     raise ValueError(f"unknown DEPENDENCY_TYPE {dependency_type!r}")
 
 
@@ -187,7 +192,14 @@ class Gates:
 
     def pipeline_edges(self, cur: Cursor, pipeline_id: int) -> list[Edge]:
         return [
-            Edge("pipeline", int(r[0]), r[1], r[2] == "Y", int(r[3]), r[4])
+            Edge(
+                kind="pipeline",
+                dependency_id=int(r[0]),
+                dependency_type=r[1],
+                consume_repairs=r[2] == "Y",
+                upstream_pipeline_id=int(r[3]),
+                upstream_pipeline_code=r[4],
+            )
             for r in self._rows(
                 cur,
                 "SELECT d.PIPELINE_DEPENDENCY_ID, d.DEPENDENCY_TYPE, d.CONSUME_REPAIRS, d.DEPENDS_ON_PIPELINE_ID, "
@@ -200,15 +212,15 @@ class Gates:
     def task_edges(self, cur: Cursor, pipeline_id: int, task_id: int) -> list[Edge]:
         return [
             Edge(
-                "task",
-                int(r[0]),
-                r[1],
-                r[2] == "Y",
-                int(r[3]),
-                r[4],
-                int(r[5]),
-                r[6],
-                int(r[3]) == pipeline_id,
+                kind="task",
+                dependency_id=int(r[0]),
+                dependency_type=r[1],
+                consume_repairs=r[2] == "Y",
+                upstream_pipeline_id=int(r[3]),
+                upstream_pipeline_code=r[4],
+                upstream_task_id=int(r[5]),
+                upstream_task_code=r[6],
+                same_pipeline=int(r[3]) == pipeline_id,
             )
             for r in self._rows(
                 cur,
@@ -246,9 +258,9 @@ class Gates:
             return running
         latest = self._rows(
             cur,
-            "SELECT r.PIPELINE_RUN_ID, r.STATUS, r.OUTPUT_REVISION, (SELECT SUM(tr.ROWS_WRITTEN) FROM AUD_TASK_RUN_LOG tr "
+            "SELECT r.PIPELINE_RUN_ID, r.STATUS, r.OUTPUT_REVISION, (SELECT SUM(tr.ROWS_WRITTEN) FROM AUD_TASK_RUN_LOG tr "  # noqa: S608 - constant SQL
             "WHERE tr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? "
-            "AND r.BACKFILL = 'N' AND r.STATUS IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') "
+            f"AND r.BACKFILL = 'N' AND r.STATUS IN {ENDED_RUN_SQL} "
             "ORDER BY r.PIPELINE_RUN_ID DESC LIMIT 1",
             (edge.upstream_pipeline_id,),
         )
@@ -268,7 +280,7 @@ class Gates:
             )
             # A task with no row in a finished run was never run in it: the finish would record it SKIPPED.
             task_run_id, status, rows = (
-                (int(row[0][0]), row[0][1], row[0][2]) if row else (None, "SKIPPED", None)
+                (int(row[0][0]), row[0][1], row[0][2]) if row else (None, TaskRunStatus.SKIPPED, None)
             )
         what = f"run {run_id} of {up}" + (f" task {edge.upstream_task_code}" if edge.kind == "task" else "")
         return Observed(
@@ -293,7 +305,7 @@ class Gates:
         run_id, key = running[0]
         where = f"run {run_id} of {edge.upstream_pipeline_code}"
         return Observed(
-            "IN-PROGRESS", f"{where} ({key or 'started outside Airflow'}, IN-PROGRESS)", int(run_id)
+            RunStatus.IN_PROGRESS, f"{where} ({key or 'started outside Airflow'}, IN-PROGRESS)", int(run_id)
         )
 
     def _consumed_already(self, cur: Cursor, edge: Edge, run_id: int, revision: int) -> Observed | None:
@@ -340,7 +352,7 @@ class Gates:
                 status, f"task {code} of this run (not recorded; Airflow state {state})", pipeline_run_id
             )
         return Observed(
-            "IN-PROGRESS",
+            TaskRunStatus.IN_PROGRESS,
             f"task {code} of this run (not started yet; Airflow state {state or 'none'})",
             pipeline_run_id,
         )
@@ -363,7 +375,7 @@ class Gates:
     # -- what is written ---------------------------------------------------------------------------------
 
     def record(
-        self, cur: Cursor, verdict: GateVerdict, pipeline_run_id: int, attempt_id: int | None, now_db: Any
+        self, cur: Cursor, verdict: GateVerdict, *, pipeline_run_id: int, attempt_id: int | None, now_db: Any
     ) -> None:
         """One ``AUD_GATE_DECISIONS`` row per decided edge."""
         for v in verdict.decided:

@@ -60,7 +60,7 @@ class _Bound(Generic[_T]):
             lifecycle.conn,
             lifecycle.lock_timeout,
             lifecycle.gates,
-            None if lifecycle.reconnect_with is None else lifecycle.reconnect,
+            reconnect=None if lifecycle.reconnect_with is None else lifecycle.reconnect,
         )
 
 

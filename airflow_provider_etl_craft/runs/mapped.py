@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-#: Attempt statuses that are still live.
-LIVE = frozenset({"QUEUED", "CLAIMED", "RUNNING"})
+from airflow_provider_etl_craft.runs.vocabulary import LIVE_ATTEMPT, AttemptStatus, TaskRunStatus
+
 #: Airflow map-index states that failed (the instance will not run again in this DAG run).
 AIRFLOW_FAILED = frozenset({"failed"})
 
@@ -20,7 +20,7 @@ AIRFLOW_FAILED = frozenset({"failed"})
 class IndexAttempt:
     """The latest attempt of one map index (or what Airflow says of an index that recorded none)."""
 
-    status: str
+    status: AttemptStatus
     skipped: bool = False
     error: str | None = None
     counts: Sequence[int | None] = (None,) * 6
@@ -28,7 +28,7 @@ class IndexAttempt:
 
 @dataclass(frozen=True)
 class Settled:
-    status: str
+    status: TaskRunStatus
     counts: tuple[int | None, ...]
     error: str | None
     log: str
@@ -42,25 +42,30 @@ def settle(latest: Mapping[int, IndexAttempt], map_count: int | None) -> Settled
     the indexes that succeeded.
     """
     total = max(map_count or 0, len(latest))
-    ok = sorted(i for i, a in latest.items() if a.status == "SUCCESS")
-    skipped = sorted(i for i, a in latest.items() if a.status == "CANCELLED" and a.skipped)
-    live = sorted(i for i, a in latest.items() if a.status in LIVE)
+    ok = sorted(i for i, a in latest.items() if a.status == AttemptStatus.SUCCESS)
+    skipped = sorted(i for i, a in latest.items() if a.status == AttemptStatus.CANCELLED and a.skipped)
+    live = sorted(i for i, a in latest.items() if a.status in LIVE_ATTEMPT)
     failed = sorted(set(latest) - set(ok) - set(skipped) - set(live))
     counts = tuple(_sum(latest[i].counts[k] for i in ok) for k in range(6))
     log = f"{total} map indexes: {len(ok)} SUCCESS, {len(skipped)} SKIPPED, {len(failed)} FAILED"
     if live or len(latest) < total:
         return Settled(
-            "IN-PROGRESS", counts, None, log + f", {total - len(ok) - len(skipped) - len(failed)} open"
+            TaskRunStatus.IN_PROGRESS,
+            counts,
+            None,
+            log + f", {total - len(ok) - len(skipped) - len(failed)} open",
         )
     if failed:
         first = latest[failed[0]]
         error = f"map index {failed[0]} {first.status}: {first.error or 'no error recorded'}"
         if len(failed) > 1:
             error += f" (and {len(failed) - 1} more failed map index(es))"
-        return Settled("FAILED", counts, error, log)
+        return Settled(TaskRunStatus.FAILED, counts, error, log)
     if len(skipped) == total:
-        return Settled("SKIPPED", counts, None, log if total else "no map index: the expansion was empty")
-    return Settled("SUCCESS", counts, None, log)
+        return Settled(
+            TaskRunStatus.SKIPPED, counts, None, log if total else "no map index: the expansion was empty"
+        )
+    return Settled(TaskRunStatus.SUCCESS, counts, None, log)
 
 
 def _sum(values: object) -> int | None:

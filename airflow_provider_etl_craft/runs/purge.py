@@ -39,8 +39,9 @@ from airflow_provider_etl_craft.errors import (
     MetadataError,
     RunStateError,
 )
+from airflow_provider_etl_craft.runs.vocabulary import ENDED_RUN, ENDED_RUN_SQL
 
-FINISHED = ("SUCCESS", "FAILED", "SKIPPED", "CANCELLED")
+FINISHED = ENDED_RUN
 #: The tables a purge deletes from, in the order it deletes (children before parents), with their keys.
 TABLES: tuple[tuple[str, str], ...] = (
     ("AUD_DEPENDENCY_CONSUMPTION", "CONSUMPTION_ID"),
@@ -82,9 +83,9 @@ FIRST_BATCH = 50
 
 #: Runs a gate or claim still reads, whatever their age (see the module docstring).
 _PROTECTED = (
-    "SELECT MAX(PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG GROUP BY PIPELINE_ID "
+    "SELECT MAX(PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG GROUP BY PIPELINE_ID "  # noqa: S608 - constant SQL
     "UNION SELECT MAX(PIPELINE_RUN_ID) FROM AUD_PIPELINES_RUN_LOG WHERE BACKFILL = 'N' "
-    "AND STATUS IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') GROUP BY PIPELINE_ID "
+    f"AND STATUS IN {ENDED_RUN_SQL} GROUP BY PIPELINE_ID "
     "UNION SELECT c.CONSUMED_PIPELINE_RUN_ID FROM AUD_DEPENDENCY_CONSUMPTION c WHERE c.CONSUMPTION_ID IN "
     "(SELECT MAX(CONSUMPTION_ID) FROM AUD_DEPENDENCY_CONSUMPTION GROUP BY PIPELINE_DEPENDENCY_ID, TASK_DEPENDENCY_ID) "
     "UNION SELECT c.PIPELINE_RUN_ID FROM AUD_DEPENDENCY_CONSUMPTION c WHERE c.CONSUMPTION_ID IN "
@@ -94,12 +95,12 @@ _PROTECTED = (
 #: index, the consumption rows of the run), so a batch's re-check costs the same whatever the history: newest of
 #: its pipeline, newest finished non-backfill one, or either run of an edge's newest consumption.
 _PROTECTED_AMONG = (
-    "SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID IN {ids} AND ("
+    "SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID IN {ids} AND ("  # noqa: S608 - constant SQL
     "NOT EXISTS (SELECT 1 FROM AUD_PIPELINES_RUN_LOG n WHERE n.PIPELINE_ID = r.PIPELINE_ID "
     "AND n.PIPELINE_RUN_ID > r.PIPELINE_RUN_ID) "
-    "OR (r.BACKFILL = 'N' AND r.STATUS IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') AND NOT EXISTS (SELECT 1 "
+    f"OR (r.BACKFILL = 'N' AND r.STATUS IN {ENDED_RUN_SQL} AND NOT EXISTS (SELECT 1 "
     "FROM AUD_PIPELINES_RUN_LOG n WHERE n.PIPELINE_ID = r.PIPELINE_ID AND n.PIPELINE_RUN_ID > r.PIPELINE_RUN_ID "
-    "AND n.BACKFILL = 'N' AND n.STATUS IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED'))) "
+    f"AND n.BACKFILL = 'N' AND n.STATUS IN {ENDED_RUN_SQL})) "
     "OR EXISTS (SELECT 1 FROM AUD_DEPENDENCY_CONSUMPTION c WHERE (c.CONSUMED_PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
     "OR c.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID) AND NOT EXISTS (SELECT 1 FROM AUD_DEPENDENCY_CONSUMPTION n "
     "WHERE n.CONSUMPTION_ID > c.CONSUMPTION_ID AND (n.PIPELINE_DEPENDENCY_ID = c.PIPELINE_DEPENDENCY_ID "
@@ -239,8 +240,8 @@ class Purge:
         if self._pipeline_id is not None:
             where, params = " AND r.PIPELINE_ID = ?", [cut, self._pipeline_id]
         old = self._query(
-            "SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r WHERE r.STATUS IN "  # noqa: S608
-            "('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') AND r.REPAIR_PENDING = 'N' "
+            f"SELECT r.PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG r WHERE r.STATUS IN {ENDED_RUN_SQL} "  # noqa: S608
+            "AND r.REPAIR_PENDING = 'N' "
             f"AND COALESCE(r.END_DATE, r.START_DATE) < ?{where}",
             params,
             cur,
@@ -284,7 +285,7 @@ class Purge:
         touched = sorted(referring | set(batch))
         changed = self._query(
             f"SELECT PIPELINE_RUN_ID FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID IN {_in(touched)} AND "  # noqa: S608
-            "(STATUS NOT IN ('SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED') OR REPAIR_PENDING <> 'N') "
+            f"(STATUS NOT IN {ENDED_RUN_SQL} OR REPAIR_PENDING <> 'N') "
             "UNION " + _PROTECTED_AMONG.format(ids=_in(touched)),
             (*touched, *touched),
             cur,

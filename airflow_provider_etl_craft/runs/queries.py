@@ -18,9 +18,10 @@ from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.schema import require_current
 from airflow_provider_etl_craft.errors import MetadataError
 from airflow_provider_etl_craft.runs.records import Pause, Pipeline
+from airflow_provider_etl_craft.runs.vocabulary import TaskRunStatus
 
 #: Order of the task statuses in a run's summary ("3 SUCCESS, 1 SKIPPED"); others follow alphabetically.
-STATUS_ORDER = ("IN-PROGRESS", "SUCCESS", "FAILED", "SKIPPED", "CANCELLED")
+STATUS_ORDER = tuple(TaskRunStatus)
 #: The largest LIMIT both drivers bind (a signed 64-bit integer); larger requests mean "all runs".
 MAX_LIMIT = 2**63 - 1
 

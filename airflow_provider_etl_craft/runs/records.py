@@ -12,21 +12,9 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+from airflow_provider_etl_craft.runs.vocabulary import ClaimAction, RunStatus
 
-#: Attempt statuses that hold a worker's lease (one such attempt per task run and map index).
-LIVE_ATTEMPT = ("QUEUED", "CLAIMED", "RUNNING")
-#: Task-run statuses that make a run FAILED when held by a data task (not an EMAIL_ALERT one).
-FAILING_TASK = ("FAILED", "CANCELLED")
 ALERT_HANDLER = "EMAIL_ALERT"
-#: How an attempt can end → (the attempt's status, its task run's status). The task-run table has no
-#: TIMED_OUT; a skip (``AirflowSkipException``, a gate) is a CANCELLED attempt of a SKIPPED task run.
-ATTEMPT_ENDS = {
-    "SUCCESS": ("SUCCESS", "SUCCESS"),
-    "FAILED": ("FAILED", "FAILED"),
-    "TIMED_OUT": ("TIMED_OUT", "FAILED"),
-    "CANCELLED": ("CANCELLED", "CANCELLED"),
-    "SKIPPED": ("CANCELLED", "SKIPPED"),
-}
 #: TASK_LOG of an attempt that ended because its task skipped (how a mapped task run tells it from a kill).
 SKIP_NOTE = "skipped: "
 
@@ -62,11 +50,12 @@ class RunRow:
         "r.PIPELINE_RUN_ID, r.PIPELINE_ID, r.STATUS, r.RUN_KEY, r.START_DATE, r.END_DATE, r.REPAIR_PENDING, "
         "r.OUTPUT_REVISION"
     )
-    WIDTH: ClassVar[int] = 8
+    #: How many columns :data:`COLUMNS` names: a row's first ``WIDTH`` values are the run's.
+    WIDTH: ClassVar[int] = COLUMNS.count(",") + 1
 
     pipeline_run_id: int
     pipeline_id: int
-    status: str
+    status: RunStatus
     run_key: str | None
     start_date: datetime | None
     end_date: datetime | None
@@ -76,7 +65,9 @@ class RunRow:
     @classmethod
     def from_db(cls, engine: EngineDialect, row: Sequence[Any]) -> RunRow:
         t = engine.from_db_time
-        return cls(int(row[0]), int(row[1]), row[2], row[3], t(row[4]), t(row[5]), row[6], int(row[7]))
+        return cls(
+            int(row[0]), int(row[1]), RunStatus(row[2]), row[3], t(row[4]), t(row[5]), row[6], int(row[7])
+        )
 
     def describe(self) -> str:
         since = f" since {self.start_date:%Y-%m-%d %H:%M:%S}Z" if self.start_date else ""
@@ -115,7 +106,7 @@ class Pause:
         return f"pipeline {code} is paused by {self.paused_by or 'someone'}{since}: {self.reason or 'no reason given'}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AttemptHandle:
     """The live attempt a task try writes to; ``owner_id`` proves it is still this try's row at the end."""
 
@@ -141,9 +132,15 @@ class ClaimOutcome:
     the pipeline is IN-PROGRESS: ``blocking``), WAITING (a pipeline dependency's upstream is IN-PROGRESS;
     nothing written) or SKIPPED (the pipeline is paused, or its dependencies are not satisfied: the run
     is recorded SKIPPED). ``reason`` explains WAITING and SKIPPED.
+
+    A claim *reports* WAITING and SKIPPED as actions, where a task's start *raises* ``GateWaiting`` /
+    ``GateSkipped`` (:mod:`~.gates`): the claim's caller (``ClaimPipelineRunOperator``, the CLI) branches on every
+    action alike (BLOCKED and WAITING poke again or defer, SKIPPED skips the claim task), while a start's
+    caller gets an attempt handle back, so a start that opens none can only leave by an exception. Raising from
+    the claim would change what its callers see; the two forms stay, each documented here and in ``gates``.
     """
 
-    action: str
+    action: ClaimAction
     pipeline_run_id: int | None = None
     blocking: RunRow | None = None
     reason: str | None = None
@@ -154,7 +151,7 @@ class ClaimOutcome:
 @dataclass(frozen=True)
 class FinishOutcome:
     pipeline_run_id: int
-    status: str
+    status: RunStatus
     already_ended: bool = False
     skipped: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()

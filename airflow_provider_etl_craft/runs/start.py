@@ -1,5 +1,11 @@
 """Open a task try's attempt (docs/lifecycle.md, *Attempts*): judge its dependencies, close a dead try's attempt,
-reopen a run a cleared task belongs to, and take over an attempt parked by a reschedule or deferral."""
+reopen a run a cleared task belongs to, and take over an attempt parked by a reschedule or deferral.
+
+The rule is :class:`StartAttempt`. Its common case (nothing to judge) also has a one-statement form,
+:data:`START_AT_ONCE`, which the dialect runs where the database has data-modifying ``WITH`` (PostgreSQL);
+``tests/integration/test_claim_finish_at_once.py`` plays the same task starts with and without it and compares
+every ``AUD_`` row.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,11 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
-from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError
+from airflow_provider_etl_craft.engine.dialects.base import OneStatement
+from airflow_provider_etl_craft.errors import MetadataError, RunStateError, StaleTransitionError, first_line
 from airflow_provider_etl_craft.runs import events
 from airflow_provider_etl_craft.runs.attempts import settle_mapped
 from airflow_provider_etl_craft.runs.counts import clean_text
@@ -26,8 +33,15 @@ from airflow_provider_etl_craft.runs.gates import (
     UpstreamStates,
 )
 from airflow_provider_etl_craft.runs.identity import RunIdentity
-from airflow_provider_etl_craft.runs.records import LIVE_ATTEMPT, SKIP_NOTE, AttemptHandle, RunRow, map_key
-from airflow_provider_etl_craft.runs.transition import Transition, first_line
+from airflow_provider_etl_craft.runs.records import SKIP_NOTE, AttemptHandle, RunRow, map_key
+from airflow_provider_etl_craft.runs.transition import Transition
+from airflow_provider_etl_craft.runs.vocabulary import (
+    LIVE_ATTEMPT,
+    LIVE_SQL,
+    AttemptStatus,
+    RunStatus,
+    TaskRunStatus,
+)
 
 #: The attempt ``a`` of one try of a task (and map index) in the keyed run, found by pipeline code, task
 #: code, run key, attempt number and ``COALESCE(MAP_INDEX, -1)`` (in that order of parameters).
@@ -45,11 +59,59 @@ _TRY_CONTEXT = (
     "(SELECT COUNT(*) FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID AND pp.RESUMED_AT IS NULL), "
     "(SELECT COUNT(*) FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la ON la.TASK_RUN_ID = ltr.TASK_RUN_ID "
     "WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
-    "AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND la.ATTEMPT_NUMBER < ? AND COALESCE(la.MAP_INDEX, -1) = ?) "
+    f"AND la.STATUS IN {LIVE_SQL} AND la.ATTEMPT_NUMBER < ? AND COALESCE(la.MAP_INDEX, -1) = ?) "
     "FROM CFG_PIPELINES p JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
     "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
     "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' FOR SHARE"
 )
+#: Start an attempt in one statement when nothing needs judging: the keyed run is IN-PROGRESS (its row
+#: share-locked, as the transaction form does), the task has no dependencies, the pipeline is not paused
+#: and no earlier attempt is live. Otherwise nothing is written and the transaction form decides. Parameters:
+#: :class:`StartCall`; its row: ATTEMPT_ID, TASK_RUN_ID, PIPELINE_RUN_ID.
+START_AT_ONCE = OneStatement(
+    "WITH info AS (SELECT t.TASK_ID, r.PIPELINE_RUN_ID FROM CFG_PIPELINES p "  # noqa: S608 - constant SQL
+    "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
+    "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
+    f"WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' AND r.STATUS = '{RunStatus.IN_PROGRESS}' "
+    "AND NOT EXISTS (SELECT 1 FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y') "
+    "AND NOT EXISTS (SELECT 1 FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID "
+    "AND pp.RESUMED_AT IS NULL) "
+    "AND NOT EXISTS (SELECT 1 FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la ON la.TASK_RUN_ID = ltr.TASK_RUN_ID "
+    "WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
+    f"AND la.STATUS IN {LIVE_SQL}) "
+    "FOR SHARE OF r), "
+    "tr AS (INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
+    f"SELECT TASK_ID, PIPELINE_RUN_ID, ?, '{TaskRunStatus.IN_PROGRESS}', 1 FROM info "
+    f"ON CONFLICT (TASK_ID, PIPELINE_RUN_ID) DO UPDATE SET STATUS = '{TaskRunStatus.IN_PROGRESS}', END_DATE = NULL, "
+    "ERROR_MESSAGE = NULL, ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 "
+    "RETURNING TASK_RUN_ID, PIPELINE_RUN_ID) "
+    "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, "
+    "HEARTBEAT_AT, HOST, PID, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND) "
+    f"SELECT TASK_RUN_ID, ?, '{AttemptStatus.RUNNING}', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM tr "
+    "RETURNING ATTEMPT_ID, TASK_RUN_ID, (SELECT PIPELINE_RUN_ID FROM tr)"
+)
+
+
+class StartCall(NamedTuple):
+    """The parameters of :data:`START_AT_ONCE`, in its order."""
+
+    task_code: str
+    run_key: str
+    pipeline_code: str
+    #: The task run's START_DATE.
+    started: Any
+    attempt_number: int
+    owner_id: str
+    claimed_at: Any
+    started_at: Any
+    heartbeat_at: Any
+    host: str
+    pid: int
+    log_path: str | None
+    requested_by: str | None
+    requested_by_kind: str | None
+
+
 #: How many times a start re-reads after a lost race or a reopen before it gives up (retryable).
 _ROUNDS = 4
 
@@ -178,36 +240,45 @@ class StartAttempt(Transition):
     def _open(self, attempt: Try, number: int, note: str | None) -> tuple[AttemptHandle, GateSkipped | None]:
         """One round: the single statement where it applies, else the judged transaction."""
         if note is None and attempt.map_index is None:
-            owner = self.token
-            now_db = self.now()[1]
-            identity = attempt.identity
-            row = self.engine.start_attempt_at_once(
-                self.conn,
-                (
-                    attempt.task_code,
-                    identity.run_key,
-                    attempt.pipeline_code,
-                    now_db,
-                    number,
-                    owner,
-                    now_db,
-                    now_db,
-                    now_db,
-                    socket.gethostname(),
-                    os.getpid(),
-                    attempt.log_path,
-                    identity.actor,
-                    identity.actor_kind,
-                ),
-            )
-            if row is not None:
-                return AttemptHandle(
-                    int(row[2]), int(row[1]), int(row[0]), number, owner, attempt.task_code
-                ), None
+            handle = self._open_at_once(attempt, number)
+            if handle is not None:
+                return handle, None
         with self.engine.transaction(self.conn) as cur:
             context = self._context(cur, attempt, number)
             verdict = self._judge(cur, attempt, context)
-            return self._write(cur, attempt, number, note, context, verdict)
+            return self._write(cur, attempt, number=number, note=note, context=context, verdict=verdict)
+
+    def _open_at_once(self, attempt: Try, number: int) -> AttemptHandle | None:
+        """:data:`START_AT_ONCE`, where the dialect runs it; None when it wrote nothing (judge it in a transaction)."""
+        now_db, identity = self.now()[1], attempt.identity
+        call = StartCall(
+            task_code=attempt.task_code,
+            run_key=identity.run_key,
+            pipeline_code=attempt.pipeline_code,
+            started=now_db,
+            attempt_number=number,
+            owner_id=self.token,
+            claimed_at=now_db,
+            started_at=now_db,
+            heartbeat_at=now_db,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            log_path=attempt.log_path,
+            requested_by=identity.actor,
+            requested_by_kind=identity.actor_kind,
+        )
+        result = self.engine.write_at_once(self.conn, START_AT_ONCE, call)
+        if result is None or not result.rows:
+            return None
+        attempt_id, task_run_id, pipeline_run_id = result.rows[0]
+        return AttemptHandle(
+            pipeline_run_id=int(pipeline_run_id),
+            task_run_id=int(task_run_id),
+            attempt_id=int(attempt_id),
+            attempt_number=number,
+            owner_id=self.token,
+            task_code=attempt.task_code,
+        )
 
     def _renumber(self, attempt: Try, number: int, exc: BaseException) -> int:
         """After a unique-index refusal: the attempt number to use next, or refuse a duplicate delivery.
@@ -240,18 +311,19 @@ class StartAttempt(Transition):
             ).fetchone()
         if row is None:
             return None
-        if row[3] not in LIVE_ATTEMPT:
-            raise GateSkipped(f"task {attempt.task_code} {row[4] or SKIP_NOTE.strip()}")
+        attempt_id, task_run_id, pipeline_run_id, status, task_log = row
+        if status not in LIVE_ATTEMPT:
+            raise GateSkipped(f"task {attempt.task_code} {task_log or SKIP_NOTE.strip()}")
         # consumes=True: consuming the gate decisions it recorded finds nothing when there are none.
         return AttemptHandle(
-            int(row[2]),
-            int(row[1]),
-            int(row[0]),
-            number,
-            self.token,
-            attempt.task_code,
-            True,
-            attempt.map_index,
+            pipeline_run_id=int(pipeline_run_id),
+            task_run_id=int(task_run_id),
+            attempt_id=int(attempt_id),
+            attempt_number=number,
+            owner_id=self.token,
+            task_code=attempt.task_code,
+            consumes=True,
+            map_index=attempt.map_index,
         )
 
     def _adopt(self, attempt: Try) -> AttemptHandle | None:
@@ -262,28 +334,29 @@ class StartAttempt(Transition):
                 cur,
                 "SELECT a.ATTEMPT_ID, a.TASK_RUN_ID, tr.PIPELINE_RUN_ID "
                 + _ATTEMPT_OF_KEYED_TRY
-                + "AND r.STATUS = 'IN-PROGRESS' AND a.STATUS = 'QUEUED' FOR UPDATE",
+                + f"AND r.STATUS = '{RunStatus.IN_PROGRESS}' AND a.STATUS = '{AttemptStatus.QUEUED}' FOR UPDATE",
                 attempt.params(attempt.try_number),
             ).fetchone()
             if row is None:
                 return None
             self.exec(
                 cur,
-                "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'RUNNING', OWNER_ID = ?, HEARTBEAT_AT = ?, HOST = ?, PID = ?, "
-                "TASK_LOG = NULL WHERE ATTEMPT_ID = ? AND STATUS = 'QUEUED'",
+                f"UPDATE AUD_TASK_ATTEMPTS SET STATUS = '{AttemptStatus.RUNNING}', OWNER_ID = ?, HEARTBEAT_AT = ?, "  # noqa: S608 - constant SQL
+                f"HOST = ?, PID = ?, TASK_LOG = NULL WHERE ATTEMPT_ID = ? AND STATUS = '{AttemptStatus.QUEUED}'",
                 (owner, self.now()[1], socket.gethostname(), os.getpid(), row[0]),
             )
         # consumes=True: the attempt's gate decisions were recorded when it opened; consuming them on success
         # is one INSERT … SELECT that finds nothing when there is nothing to consume.
+        attempt_id, task_run_id, pipeline_run_id = row
         return AttemptHandle(
-            int(row[2]),
-            int(row[1]),
-            int(row[0]),
-            attempt.try_number,
-            owner,
-            attempt.task_code,
-            True,
-            attempt.map_index,
+            pipeline_run_id=int(pipeline_run_id),
+            task_run_id=int(task_run_id),
+            attempt_id=int(attempt_id),
+            attempt_number=attempt.try_number,
+            owner_id=owner,
+            task_code=attempt.task_code,
+            consumes=True,
+            map_index=attempt.map_index,
         )
 
     def _attempt_taken(self, attempt: Try, number: int) -> tuple[str, int, bool] | None:
@@ -295,11 +368,13 @@ class StartAttempt(Transition):
                 "SELECT a.STATUS, (SELECT MAX(m.ATTEMPT_NUMBER) FROM AUD_TASK_ATTEMPTS m WHERE m.TASK_RUN_ID = "  # noqa: S608 - constant SQL
                 "a.TASK_RUN_ID AND COALESCE(m.MAP_INDEX, -1) = COALESCE(a.MAP_INDEX, -1)), (SELECT COUNT(*) FROM "
                 "AUD_TASK_ATTEMPTS l WHERE l.TASK_RUN_ID = a.TASK_RUN_ID AND COALESCE(l.MAP_INDEX, -1) = "
-                "COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) "
-                + _ATTEMPT_OF_KEYED_TRY,
+                f"COALESCE(a.MAP_INDEX, -1) AND l.STATUS IN {LIVE_SQL}) " + _ATTEMPT_OF_KEYED_TRY,
                 attempt.params(number),
             ).fetchone()
-        return None if row is None else (row[0], int(row[1]), int(row[2]) > 0)
+        if row is None:
+            return None
+        status, highest, live = row
+        return status, int(highest), int(live) > 0
 
     def _context(self, cur: Cursor, attempt: Try, number: int) -> _Context:
         """Read what the start decides on.
@@ -319,7 +394,7 @@ class StartAttempt(Transition):
         width = RunRow.WIDTH
         task_id, run = int(row[0]), self.run_row(row[1 : 1 + width])
         condition, count, edges, paused, live = row[1 + width :]
-        if run.status != "IN-PROGRESS":
+        if run.status != RunStatus.IN_PROGRESS:
             raise _RunEnded(run, task_id)
         return _Context(
             task_id,
@@ -360,6 +435,7 @@ class StartAttempt(Transition):
         self,
         cur: Cursor,
         attempt: Try,
+        *,
         number: int,
         note: str | None,
         context: _Context,
@@ -369,7 +445,7 @@ class StartAttempt(Transition):
         dependencies are not satisfied, with the task run SKIPPED) and record the gate decisions."""
         run, now_db = context.run, self.now()[1]
         if context.earlier_live:
-            self._close_earlier(cur, attempt, number, context, now_db)
+            self._close_earlier(cur, attempt, number=number, context=context, now_db=now_db)
         task_run_id = self.returning(
             cur,
             "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
@@ -381,10 +457,18 @@ class StartAttempt(Transition):
         unsatisfied = verdict is not None and verdict.result == UNSATISFIED
         skip = clean_text(f"{SKIP_NOTE}{verdict.reason}") if verdict is not None and unsatisfied else None
         handle = self._insert_attempt(
-            cur, attempt, number, int(task_run_id), run, (skip or note, skip), now_db
+            cur,
+            attempt,
+            number=number,
+            task_run_id=int(task_run_id),
+            run=run,
+            log_and_error=(skip or note, skip),
+            now_db=now_db,
         )
         if verdict is not None:
-            self.gates.record(cur, verdict, run.pipeline_run_id, handle.attempt_id, now_db)
+            self.gates.record(
+                cur, verdict, pipeline_run_id=run.pipeline_run_id, attempt_id=handle.attempt_id, now_db=now_db
+            )
             consumes = any(v.result == SATISFIED and not v.edge.same_pipeline for v in verdict.decided)
             handle = replace(handle, consumes=consumes)
         if skip is None:
@@ -396,10 +480,12 @@ class StartAttempt(Transition):
                 (now_db, skip, task_run_id),
             )
         else:
-            settle_mapped(self, cur, int(task_run_id), None, now_db)
+            settle_mapped(self, cur, int(task_run_id), map_count=None, now_db=now_db)
         return handle, GateSkipped(f"task {attempt.task_code} {skip}")
 
-    def _close_earlier(self, cur: Cursor, attempt: Try, number: int, context: _Context, now_db: Any) -> None:
+    def _close_earlier(
+        self, cur: Cursor, attempt: Try, *, number: int, context: _Context, now_db: Any
+    ) -> None:
         """An earlier try's worker died without recording: close its attempt LOST."""
         lost = (
             f"lost: Airflow started try {attempt.try_number} while this attempt was still live (its worker "
@@ -407,8 +493,8 @@ class StartAttempt(Transition):
         )
         self.exec(
             cur,
-            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "
-            "WHERE STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') AND ATTEMPT_NUMBER < ? AND COALESCE(MAP_INDEX, -1) = ? "
+            "UPDATE AUD_TASK_ATTEMPTS SET STATUS = 'LOST', ENDED_AT = ?, ERROR_MESSAGE = ? "  # noqa: S608 - constant SQL
+            f"WHERE STATUS IN {LIVE_SQL} AND ATTEMPT_NUMBER < ? AND COALESCE(MAP_INDEX, -1) = ? "
             "AND TASK_RUN_ID = (SELECT TASK_RUN_ID FROM AUD_TASK_RUN_LOG WHERE TASK_ID = ? AND PIPELINE_RUN_ID = ?)",
             (now_db, lost, number, map_key(attempt.map_index), context.task_id, context.run.pipeline_run_id),
         )
@@ -417,6 +503,7 @@ class StartAttempt(Transition):
         self,
         cur: Cursor,
         attempt: Try,
+        *,
         number: int,
         task_run_id: int,
         run: RunRow,
@@ -428,7 +515,7 @@ class StartAttempt(Transition):
         times = (now_db, now_db, now_db, now_db if ended else None)
         worker = (socket.gethostname(), os.getpid(), attempt.log_path)
         requested = (attempt.identity.actor, attempt.identity.actor_kind)
-        status = "CANCELLED" if ended else "RUNNING"
+        status = AttemptStatus.CANCELLED if ended else AttemptStatus.RUNNING
         attempt_id = self.returning(
             cur,
             "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, MAP_INDEX, STATUS, OWNER_ID, CLAIMED_AT, "
@@ -447,14 +534,13 @@ class StartAttempt(Transition):
             ),
         )
         return AttemptHandle(
-            run.pipeline_run_id,
-            task_run_id,
-            int(attempt_id),
-            number,
-            owner,
-            attempt.task_code,
-            False,
-            attempt.map_index,
+            pipeline_run_id=run.pipeline_run_id,
+            task_run_id=task_run_id,
+            attempt_id=int(attempt_id),
+            attempt_number=number,
+            owner_id=owner,
+            task_code=attempt.task_code,
+            map_index=attempt.map_index,
         )
 
     def _explain_missing(self, cur: Cursor, attempt: Try) -> NoReturn:
@@ -496,6 +582,7 @@ class StartAttempt(Transition):
                 f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_RUN_ID = ?",  # noqa: S608
                 (run.pipeline_run_id,),
             ).fetchone()
-            if current is not None and current[2] != "IN-PROGRESS":
+            ended = None if current is None else self.run_row(current)
+            if ended is not None and ended.status != RunStatus.IN_PROGRESS:
                 cleared = f"task {attempt.task_code} ran again in Airflow (cleared)"
-                self.reopen(cur, self.run_row(current), attempt.identity, cleared, task_id)
+                self.reopen(cur, ended, attempt.identity, cleared, task_id=task_id)

@@ -23,12 +23,13 @@ from airflow_provider_etl_craft.engine import actor
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, SessionLost
 from airflow_provider_etl_craft.engine.locks import pipeline_lock
-from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError, StaleTransitionError
+from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError, StaleTransitionError, first_line
 from airflow_provider_etl_craft.runs import events
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.gates import Gates
 from airflow_provider_etl_craft.runs.identity import ACTOR_KIND, RunIdentity
 from airflow_provider_etl_craft.runs.records import AttemptHandle, Pause, Pipeline, RunRow
+from airflow_provider_etl_craft.runs.vocabulary import InterventionAction, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Transition:
         conn: Connection,
         lock_timeout: float | None,
         gates: Gates,
+        *,
         reconnect: Callable[[str], Connection] | None = None,
     ) -> None:
         self.engine = engine
@@ -145,9 +147,10 @@ class Transition:
         :raises MetadataError: no active row has this code (says whether it is retired or unknown).
         """
         row = self.exec(cur, Pipeline.BY_CODE, (code,)).fetchone()
-        if row is not None and row[3] == "Y":
-            return int(row[0])
-        state = "does not exist" if row is None else "is retired (ACTIVE_FLAG='N')"
+        pipeline = None if row is None else Pipeline.from_db(row)
+        if pipeline is not None and pipeline.active_flag == "Y":
+            return pipeline.pipeline_id
+        state = "does not exist" if pipeline is None else "is retired (ACTIVE_FLAG='N')"
         raise MetadataError(
             f"pipeline {code} {state} in CFG_PIPELINES of the Engine DB {self.engine.describe()}; add or "
             "re-activate it through a project migration, or fix pipeline_code"
@@ -161,8 +164,9 @@ class Transition:
         self,
         cur: Cursor,
         run: RunRow,
-        action: str,
+        action: InterventionAction,
         change: tuple[str | None, str | None],
+        *,
         reason: str,
         identity: RunIdentity,
         task_id: int | None = None,
@@ -188,7 +192,7 @@ class Transition:
         )
 
     def reopen(
-        self, cur: Cursor, run: RunRow, identity: RunIdentity, reason: str, task_id: int | None = None
+        self, cur: Cursor, run: RunRow, identity: RunIdentity, reason: str, *, task_id: int | None = None
     ) -> None:
         """Put an ended run back IN-PROGRESS with REPAIR_PENDING='Y' and a REOPEN intervention.
 
@@ -204,7 +208,15 @@ class Transition:
             raise StaleTransitionError(
                 f"{run.describe()} changed while it was being reopened; a retry re-reads it"
             )
-        self.intervention(cur, run, "REOPEN", (run.status, "IN-PROGRESS"), reason, identity, task_id)
+        self.intervention(
+            cur,
+            run,
+            InterventionAction.REOPEN,
+            (run.status, RunStatus.IN_PROGRESS),
+            reason=reason,
+            identity=identity,
+            task_id=task_id,
+        )
 
     def conflict(self, exc: BaseException, what: str) -> StaleTransitionError:
         """A unique index refused a write: another worker got there first."""
@@ -272,11 +284,6 @@ def _repeated_when_lost(entry: Callable[..., Any]) -> Callable[..., Any]:
         return entry(self, *args, **kwargs)
 
     return call
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def owner_token() -> str:

@@ -35,9 +35,8 @@ from typing import Any
 
 from airflow_provider_etl_craft import metrics
 from airflow_provider_etl_craft.engine.dialects.base import SessionLost
-from airflow_provider_etl_craft.errors import EtlCraftError
+from airflow_provider_etl_craft.errors import EtlCraftError, first_line
 from airflow_provider_etl_craft.runs.changes import Watch, fingerprints, moved
-from airflow_provider_etl_craft.runs.transition import first_line
 
 log = logging.getLogger(__name__)
 

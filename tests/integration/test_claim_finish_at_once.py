@@ -369,6 +369,12 @@ def test_claims_and_finishes_write_the_same_rows_in_one_call_as_in_their_transac
             assert transaction and len(rest) > 2, (what, sent)
             assert called_at_once(rest) == (what != "finish r10: mapped tasks"), (what, sent)
     assert not any("ETL_CRAFT_" in s for _, _, sent in in_transactions for s in sent)
+    # Task starts and ends took their one-statement forms (runs/start.py START_AT_ONCE, runs/attempts.py
+    # END_AT_ONCE) on the one-call side only, so the rows compared above cover them too.
+    for played, used in ((at_once, True), (in_transactions, False)):
+        sent_by_tasks = [s for what, _, sent in played if what.startswith("tasks of") for s in sent]
+        assert any("WITH info AS" in s for s in sent_by_tasks) == used
+        assert any("WITH a AS (UPDATE AUD_TASK_ATTEMPTS" in s for s in sent_by_tasks) == used
     one_call_steps = [
         sent for (_, _, sent), (_, path, _) in zip(in_transactions, SCENARIO, strict=True) if path == ONE
     ]

@@ -159,8 +159,8 @@ def test_a_finish_in_one_call_wakes_the_trigger(waited: EngineSetup) -> None:
     wait_until(lambda: listening(waited), 30, "the trigger to watch", interval=0.05)
     with waited.hook().lifecycle(lock_timeout=10) as lc:
         calls: list[str] = []
-        original = lc.engine.finish_at_once
-        lc.engine.finish_at_once = lambda *a, **k: calls.append("one call") or original(*a, **k)  # type: ignore[method-assign]
+        original = lc.engine.call_at_once
+        lc.engine.call_at_once = lambda *a, **k: calls.append("one call") or original(*a, **k)  # type: ignore[method-assign]
         assert lc.finish_run(WAITED, identity, {"A": "success"}).status == "SUCCESS"
     assert calls == ["one call"]
     assert running.result(30)["status"] == "changed"

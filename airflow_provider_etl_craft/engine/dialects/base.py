@@ -26,6 +26,34 @@ class StatementResult:
     rowcount: int
 
 
+@dataclass(frozen=True)
+class ServerFunction:
+    """A server-side function of an ENGINE migration that runs a transition in one call (PostgreSQL's
+    ``ETL_CRAFT_CLAIM``, ``ETL_CRAFT_FINISH``), declared by the transition's ``runs/`` module.
+
+    ``types``: the SQL types of its arguments after the lock key (BIGINT) and the lock wait (TEXT) the dialect
+    passes first; the last two are the actor and its kind, which the dialect sets for the call's transaction
+    before the function writes.
+    """
+
+    name: str
+    types: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OneStatement:
+    """Several dependent writes of a transition as one statement (a data-modifying ``WITH``), declared by the
+    transition's ``runs/`` module with ``?`` placeholders; :meth:`EngineDialect.write_at_once` runs it where the
+    database can.
+
+    ``notifies``: its last two placeholders are the change channel and the notice prefix
+    (``pg_notify(?, ? || PIPELINE_ID)``), which the dialect appends to the caller's parameters.
+    """
+
+    text: str
+    notifies: bool = False
+
+
 class SessionLost(Exception):
     """The Engine DB session ended under a write's COMMIT (or under a write sent as one statement), so the
     server may or may not have committed it: the write is *in doubt* (docs/high-availability.md).
@@ -97,63 +125,43 @@ class EngineDialect(ABC, Generic[ConnT]):
 
     #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
     begin_statement: ClassVar[str] = "BEGIN"
-    # -- single-statement forms of run-lifecycle writes ---------------------------------------------------
+    # -- one-round-trip forms of run-lifecycle transitions -----------------------------------------------------
     # Where a dialect can send several dependent writes as one atomic statement (PostgreSQL: INSERT/UPDATE …
-    # RETURNING inside WITH, or a call of a function of ENGINE migration 0003), the run lifecycle's commonest
-    # transitions take one round trip instead of a transaction. Each returns None where the dialect has no
-    # such form; the lifecycle then takes its one transaction form, which is also what decides every case the
-    # single statement leaves alone.
+    # RETURNING inside WITH, or a call of a server-side function of an ENGINE migration), a transition's common
+    # case takes one round trip instead of a transaction. What the statement or function does is the
+    # transition's, declared in its ``runs/`` module (:class:`OneStatement`, :class:`ServerFunction`); the
+    # dialect only runs it. Each returns None where the dialect has no such form; the transition then takes its
+    # transaction form, which also decides every case the one-round-trip form leaves alone.
 
-    #: False: every ``*_at_once`` form answers None, so the lifecycle takes its transaction forms (tests set it
+    #: False: every one-round-trip form answers None, so the lifecycle takes its transaction forms (tests set it
     #: on a dialect instance to compare the two forms on the same scenarios).
     at_once_forms: bool = True
 
-    def claim_at_once(
-        self, conn: ConnT, lock: str, lock_timeout: float | None, params: Sequence[Any]
+    def call_at_once(
+        self,
+        conn: ConnT,
+        function: ServerFunction,
+        params: Sequence[Any],
+        *,
+        lock: str,
+        lock_timeout: float | None,
     ) -> Row | None:
-        """Claim with ``lock`` held, in one call, when the common case applies (PostgreSQL: ``ETL_CRAFT_CLAIM``).
+        """Call ``function`` with ``lock`` held, as one statement and its own transaction; its row.
 
-        ``params``: the ENGINE versions and Engine tables of a current schema (``engine.schema.current_marks``),
-        pipeline code, the DAG's task codes (None: not checked), run key, now, run date, backfill ('Y'/'N'),
-        actor, actor kind. Like the transaction form, the call records a time read once it holds the lock: the
-        later of ``now`` and the database's clock then. The row: action (CREATED, RESUMED, BLOCKED; FULL:
-        nothing written, the schema is current, decide in a transaction), the lenient task codes, then the
-        run's ``RunRow`` columns (the blocking run for BLOCKED; only its id otherwise). None: nothing written,
-        and the schema was not checked (or is not current): the transaction form checks it.
+        ``params``: the function's arguments after the lock key and wait, the actor and its kind last (as
+        :class:`ServerFunction` says). None: not called here (no server functions), or the function is missing
+        or may not be used (an Engine DB not migrated yet, a role without USAGE): nothing was written, and the
+        transaction form checks the schema and says why.
 
         :raises LockTimeoutError: ``lock`` was not acquired within ``lock_timeout`` seconds; nothing was done.
         """
         return None
 
-    def finish_at_once(
-        self, conn: ConnT, lock: str, lock_timeout: float | None, params: Sequence[Any]
-    ) -> Row | None:
-        """End the keyed run with ``lock`` held, in one call, when the common case applies (``ETL_CRAFT_FINISH``).
-
-        ``params``: the ENGINE versions and Engine tables of a current schema, pipeline code, run key,
-        Airflow's task states by code (a JSON object), the codes whose failure decides nothing, now (as for
-        :meth:`claim_at_once`), actor, actor kind. The row: action (FINISHED, or ENDED: it had ended already, nothing written), run id,
-        status, SLA status, the codes of failed or cancelled task runs. None: nothing written (decide in a
-        transaction).
-
-        :raises LockTimeoutError: ``lock`` was not acquired within ``lock_timeout`` seconds; nothing was done.
-        """
-        return None
-
-    def start_attempt_at_once(self, conn: ConnT, params: Sequence[Any]) -> Row | None:
-        """Open attempt and task run when nothing needs judging; ``(ATTEMPT_ID, TASK_RUN_ID, PIPELINE_RUN_ID)``.
-
-        ``params``: task code, run key, pipeline code, now, attempt number, owner, claimed/started/heartbeat
-        times, host, pid, log path, requested by, its kind. None: written nothing (judge it in a transaction).
-        """
-        return None
-
-    def end_attempt_at_once(self, conn: ConnT, params: Sequence[Any]) -> int | None:
-        """End a live attempt and copy it to its task run; the number of task runs updated (0: not live).
-
-        ``params``: attempt status, ended, heartbeat, six counts, error; attempt id, owner; task-run status,
-        end date, six counts, error. None: no single-statement form here.
-        """
+    def write_at_once(
+        self, conn: ConnT, statement: OneStatement, params: Sequence[Any]
+    ) -> StatementResult | None:
+        """Run ``statement`` (several dependent writes in one) as its own transaction; None where this dialect
+        cannot (SQLite has no data-modifying WITH): nothing written, the transaction form decides."""
         return None
 
     # -- change notices (what wakes deferred waits: :mod:`airflow_provider_etl_craft.runs.changes`) -----------

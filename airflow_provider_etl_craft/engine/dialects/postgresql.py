@@ -19,7 +19,13 @@ from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import actor, locks
 from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver, Row
 from airflow_provider_etl_craft.engine.dialects import pg_probe
-from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, SessionLost, StatementResult
+from airflow_provider_etl_craft.engine.dialects.base import (
+    EngineDialect,
+    OneStatement,
+    ServerFunction,
+    SessionLost,
+    StatementResult,
+)
 from airflow_provider_etl_craft.engine.url import (
     LOAD_BALANCE_LIBPQ,
     SESSION_ATTRS,
@@ -33,6 +39,7 @@ from airflow_provider_etl_craft.errors import (
     EngineUnreachableError,
     EtlCraftError,
     LockTimeoutError,
+    first_line,
 )
 
 if TYPE_CHECKING:
@@ -217,7 +224,7 @@ class PostgresDialect(EngineDialect[PgConnection]):
             lost = code is None and isinstance(exc, (driver.OperationalError, driver.InterfaceError))
             if not (lost or _matches(code, _GONE)):
                 raise self.classify(exc) from exc
-            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            detail = first_line(exc)
             said = f"SQLSTATE {code}: {detail}" if code else detail
             raise failover_error(
                 "lost_before_first_statement",
@@ -418,7 +425,7 @@ class PostgresDialect(EngineDialect[PgConnection]):
             exc = exc.cause
         failed = _Failed(
             code=locks.sqlstate(exc),
-            detail=(str(exc).strip().splitlines() or [type(exc).__name__])[0],
+            detail=first_line(exc),
             where=f"{self.describe()} as {self.profile.user or 'the default role'}",
         )
         driver = self._driver_module()
@@ -518,14 +525,14 @@ class PostgresDialect(EngineDialect[PgConnection]):
             try:
                 conn = driver.connect(**{**kwargs, "host": host, "port": str(port)})
             except driver.Error as exc:
-                said.append(f"{where} did not take the login ({_first_line(exc)})")
+                said.append(f"{where} did not take the login ({first_line(exc)})")
                 continue
             try:
                 with conn.cursor() as cur:
                     cur.execute("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
                     row = cur.fetchone()
             except driver.Error as exc:
-                said.append(f"{where} took the login, then failed ({_first_line(exc)})")
+                said.append(f"{where} took the login, then failed ({first_line(exc)})")
                 continue
             finally:
                 with suppress(Exception):
@@ -612,16 +619,15 @@ class PostgresDialect(EngineDialect[PgConnection]):
     def execute_script(self, cursor: Cursor, text: str) -> None:
         cursor.execute(text)
 
-    def start_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> Row | None:
+    def write_at_once(
+        self, conn: PgConnection, statement: OneStatement, params: Sequence[Any]
+    ) -> StatementResult | None:
+        """The statement alone, as its own transaction (a session lost under it leaves it in doubt)."""
         if not self.at_once_forms:
             return None
-        rows = self.write_alone(conn, _START_ATTEMPT, params).rows
-        return rows[0] if rows else None
-
-    def end_attempt_at_once(self, conn: PgConnection, params: Sequence[Any]) -> int | None:
-        if not self.at_once_forms:
-            return None
-        return self.write_alone(conn, _END_ATTEMPT, (*params, CHANGE_CHANNEL, self._notice_prefix)).rowcount
+        if statement.notifies:
+            params = (*params, CHANGE_CHANNEL, self._notice_prefix)
+        return self.write_alone(conn, statement.text, params)
 
     # -- change notices: LISTEN/NOTIFY on CHANGE_CHANNEL, payload "<schema>:<PIPELINE_ID>" --------------------
 
@@ -661,49 +667,32 @@ class PostgresDialect(EngineDialect[PgConnection]):
             int(p[len(prefix) :]) for p in payloads if p.startswith(prefix) and p[len(prefix) :].isdigit()
         }
 
-    def claim_at_once(
-        self, conn: PgConnection, lock: str, lock_timeout: float | None, params: Sequence[Any]
-    ) -> Row | None:
-        """``ETL_CRAFT_CLAIM`` (ENGINE migration 0003): one statement, one round trip with either driver."""
-        row = self._call_at_once(conn, _CLAIM, lock, lock_timeout, params)
-        return None if row is None or row[0] == _SCHEMA_NOT_CURRENT else row
-
-    def finish_at_once(
-        self, conn: PgConnection, lock: str, lock_timeout: float | None, params: Sequence[Any]
-    ) -> Row | None:
-        """``ETL_CRAFT_FINISH`` (ENGINE migration 0003): one statement, one round trip with either driver."""
-        row = self._call_at_once(conn, _FINISH, lock, lock_timeout, params)
-        return None if row is None or row[0] in (_SCHEMA_NOT_CURRENT, _DECIDE_IN_TRANSACTION) else row
-
-    def _call_at_once(
+    def call_at_once(
         self,
         conn: PgConnection,
-        function: tuple[str, str],
+        function: ServerFunction,
+        params: Sequence[Any],
+        *,
         lock: str,
         lock_timeout: float | None,
-        params: Sequence[Any],
     ) -> Row | None:
-        """Call a function of ENGINE migration 0003 by its schema-qualified name, as its own transaction.
+        """Call ``function`` by its schema-qualified name, as its own transaction: one round trip with either driver.
 
         The function keeps the Engine schema as its own ``search_path``, so nothing is set first: the call is one
         statement on the autocommit connection (psycopg2 and psycopg 3 alike), and the transaction lock it takes
-        ends with it. ``function`` is (name, argument list with casts); the lock key and wait go first.
-
-        :return: the function's row; None when the function is not there or may not be used (an Engine DB not
-            migrated yet, a role without USAGE): the transaction form then checks the schema and says why.
-        :raises LockTimeoutError: the lock wait hit ``lock_timeout`` (SQLSTATE 55P03); nothing was done.
+        ends with it. The lock key and wait go first.
         """
         if not self.at_once_forms:
             return None
         key = locks.advisory_key(self.profile.schema, locks.check_lock_name(lock))
-        text = self._at_once_cache.get(function[0])
+        text = self._at_once_cache.get(function.name)
         if text is None:
             # The actor and its kind (the last two parameters) are set for the call's transaction first: the
             # function takes them from the settings' values, so they are set before it writes anything.
-            arguments = function[1].rsplit(", ", 2)[0]
-            call = f"{self._quoted_schema()}.{function[0]}({arguments}, s.actor, s.kind)"
+            arguments = ", ".join(f"%s::{t}" for t in ("BIGINT", "TEXT", *function.types[:-2]))
+            call = f"{self._quoted_schema()}.{function.name}({arguments}, s.actor, s.kind)"
             text = _SET_ACTOR_FOR_CALL + f"LATERAL {call} f"
-            self._at_once_cache[function[0]] = text
+            self._at_once_cache[function.name] = text
         *values, by, kind = params
         cur = conn.cursor()
         try:
@@ -1004,10 +993,6 @@ def _unanswered(answer: pg_probe.ServerAnswer) -> str:
     return "gave no answer the provider reads"
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def _libpq_version(driver: PgDriver) -> int:
     """The libpq the driver is built with (psycopg2) or loaded (psycopg 3), as ``PQlibVersion`` gives it."""
     version = getattr(driver, "__libpq_version__", None)
@@ -1019,56 +1004,3 @@ def _libpq_version(driver: PgDriver) -> int:
 def _lock_wait(lock_timeout: float | None) -> str:
     """``lock_timeout`` for a lock wait of ``lock_timeout`` seconds: 0 waits forever, so a bound rounds up to 1ms."""
     return f"{0 if lock_timeout is None else max(1, int(lock_timeout * 1000))}ms"
-
-
-#: Answers of the functions of ENGINE migration 0003 that wrote nothing: the schema is not current (the
-#: transaction form's schema check explains), or the case needs the transaction form.
-_SCHEMA_NOT_CURRENT, _DECIDE_IN_TRANSACTION = "SCHEMA", "FULL"
-#: ``ETL_CRAFT_CLAIM`` and ``ETL_CRAFT_FINISH`` with their argument types (sql/postgresql/migrations/0003_*.sql):
-#: lock key, lock wait, then the parameters of ``EngineDialect.claim_at_once`` / ``finish_at_once``.
-_CLAIM = (
-    "ETL_CRAFT_CLAIM",
-    "%s::BIGINT, %s::TEXT, %s::TEXT[], %s::TEXT[], %s::TEXT, %s::TEXT[], %s::TEXT, %s::TIMESTAMPTZ, "
-    "%s::TIMESTAMPTZ, %s::TEXT, %s::TEXT, %s::TEXT",
-)
-_FINISH = (
-    "ETL_CRAFT_FINISH",
-    "%s::BIGINT, %s::TEXT, %s::TEXT[], %s::TEXT[], %s::TEXT, %s::TEXT, %s::JSONB, %s::TEXT[], %s::TIMESTAMPTZ, "
-    "%s::TEXT, %s::TEXT",
-)
-#: Start an attempt in one statement when nothing needs judging: the keyed run is IN-PROGRESS (its row
-#: share-locked, as the transaction form does), the task has no dependencies, the pipeline is not paused
-#: and no earlier attempt is live. Otherwise nothing is written and the transaction form decides.
-_START_ATTEMPT = (
-    "WITH info AS (SELECT t.TASK_ID, r.PIPELINE_RUN_ID FROM CFG_PIPELINES p "
-    "JOIN CFG_TASKS t ON t.PIPELINE_ID = p.PIPELINE_ID AND t.TASK_CODE = ? AND t.ACTIVE_FLAG = 'Y' "
-    "JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_ID = p.PIPELINE_ID AND r.RUN_KEY = ? "
-    "WHERE p.PIPELINE_CODE = ? AND p.ACTIVE_FLAG = 'Y' AND r.STATUS = 'IN-PROGRESS' "
-    "AND NOT EXISTS (SELECT 1 FROM CFG_TASK_DEPENDENCY d WHERE d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y') "
-    "AND NOT EXISTS (SELECT 1 FROM AUD_PIPELINE_PAUSES pp WHERE pp.PIPELINE_ID = p.PIPELINE_ID "
-    "AND pp.RESUMED_AT IS NULL) "
-    "AND NOT EXISTS (SELECT 1 FROM AUD_TASK_RUN_LOG ltr JOIN AUD_TASK_ATTEMPTS la ON la.TASK_RUN_ID = ltr.TASK_RUN_ID "
-    "WHERE ltr.TASK_ID = t.TASK_ID AND ltr.PIPELINE_RUN_ID = r.PIPELINE_RUN_ID "
-    "AND la.STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING')) "
-    "FOR SHARE OF r), "
-    "tr AS (INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, START_DATE, STATUS, ATTEMPT_COUNT) "
-    "SELECT TASK_ID, PIPELINE_RUN_ID, ?, 'IN-PROGRESS', 1 FROM info "
-    "ON CONFLICT (TASK_ID, PIPELINE_RUN_ID) DO UPDATE SET STATUS = 'IN-PROGRESS', END_DATE = NULL, "
-    "ERROR_MESSAGE = NULL, ATTEMPT_COUNT = AUD_TASK_RUN_LOG.ATTEMPT_COUNT + 1 "
-    "RETURNING TASK_RUN_ID, PIPELINE_RUN_ID) "
-    "INSERT INTO AUD_TASK_ATTEMPTS (TASK_RUN_ID, ATTEMPT_NUMBER, STATUS, OWNER_ID, CLAIMED_AT, STARTED_AT, "
-    "HEARTBEAT_AT, HOST, PID, LOG_PATH, REQUESTED_BY, REQUESTED_BY_KIND) "
-    "SELECT TASK_RUN_ID, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM tr "
-    "RETURNING ATTEMPT_ID, TASK_RUN_ID, (SELECT PIPELINE_RUN_ID FROM tr)"
-)
-#: End a live attempt and copy it to its task run in one statement (no consumption to write), and announce
-#: the change (one row per task run updated, so the row count is what an UPDATE's would be).
-_END_ATTEMPT = (
-    "WITH a AS (UPDATE AUD_TASK_ATTEMPTS SET STATUS = ?, ENDED_AT = ?, HEARTBEAT_AT = ?, SOURCE_COUNT = ?, "
-    "TARGET_COUNT = ?, INSERT_COUNT = ?, UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
-    "WHERE ATTEMPT_ID = ? AND OWNER_ID = ? AND STATUS IN ('QUEUED', 'CLAIMED', 'RUNNING') RETURNING TASK_RUN_ID), "
-    "t AS (UPDATE AUD_TASK_RUN_LOG SET STATUS = ?, END_DATE = ?, SOURCE_COUNT = ?, TARGET_COUNT = ?, INSERT_COUNT = ?, "
-    "UPDATE_COUNT = ?, DELETE_COUNT = ?, ROWS_WRITTEN = ?, ERROR_MESSAGE = ? "
-    "WHERE TASK_RUN_ID IN (SELECT TASK_RUN_ID FROM a) RETURNING PIPELINE_RUN_ID) "
-    "SELECT pg_notify(?, ? || r.PIPELINE_ID) FROM t JOIN AUD_PIPELINES_RUN_LOG r ON r.PIPELINE_RUN_ID = t.PIPELINE_RUN_ID"
-)

@@ -21,6 +21,7 @@ from airflow_provider_etl_craft.errors import (
     EngineUnreachableError,
     EtlCraftError,
     LockTimeoutError,
+    first_line,
 )
 
 MIN_VERSION = (3, 35, 0)
@@ -74,7 +75,7 @@ class SqliteDialect(EngineDialect[sqlite3.Connection]):
         """By SQLite's primary result code (``sqlite_errorcode & 0xFF``), never by message text."""
         code = getattr(exc, "sqlite_errorcode", None)
         name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
-        detail = (str(exc).strip().splitlines() or [name])[0]
+        detail = first_line(exc, name)
         where = f"the SQLite Engine DB {self.path} ({self.profile.setting('jdbc_url')})"
         primary = None if code is None else code & 0xFF
         if primary == _SQLITE_READONLY:

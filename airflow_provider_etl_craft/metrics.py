@@ -20,6 +20,7 @@ from typing import Any
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.runs import events
+from airflow_provider_etl_craft.runs.vocabulary import SlaStatus
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def run_finished(pipeline: str, status: str, duration: float | None, sla_status:
     if duration is not None:
         _send("timing", f"{PREFIX}.run.duration", duration, tags)
         _send("timing", f"{PREFIX}.pipeline.{_code(pipeline)}.run_duration", duration, tags)
-    if sla_status == "BREACHED":
+    if sla_status == SlaStatus.BREACHED:
         _send("incr", f"{PREFIX}.sla.breached", 1, {"pipeline": pipeline})
         _send("incr", f"{PREFIX}.pipeline.{_code(pipeline)}.sla_breached", 1, {"pipeline": pipeline})
 

@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TextIO
 
 from airflow_provider_etl_craft import __version__
 from airflow_provider_etl_craft.cli.tables import format_table
+from airflow_provider_etl_craft.engine.actor import ActorKind
 from airflow_provider_etl_craft.engine.schema import MIGRATE_LOCK_TIMEOUT
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
@@ -247,7 +248,7 @@ def _purge(hook: EngineDBHook, args: argparse.Namespace, out: TextIO) -> int:
         archive_dir=args.archive,
         dry_run=args.dry_run,
         by=args.by,
-        kind="HUMAN",
+        kind=ActorKind.HUMAN,
     )
     if args.format == "json":
         return _print_json(doc, out)

@@ -12,9 +12,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ActorKind(StrEnum):
+    """Who an actor is: the ``*_BY_KIND`` columns' values (etl-craft's CHECK constraints accept these)."""
+
+    HUMAN = "HUMAN"
+    SCHEDULE = "SCHEDULE"
+    ORCHESTRATOR = "ORCHESTRATOR"
+    WORKER = "WORKER"
+    SYSTEM = "SYSTEM"
+
 
 #: Actor kinds etl-craft's CHECK constraints accept.
-KINDS = frozenset({"HUMAN", "SCHEDULE", "ORCHESTRATOR", "WORKER", "SYSTEM"})
+KINDS = frozenset(ActorKind)
 
 
 @dataclass(frozen=True)

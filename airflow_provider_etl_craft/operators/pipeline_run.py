@@ -25,6 +25,7 @@ from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.records import RunRow
+from airflow_provider_etl_craft.runs.vocabulary import ClaimAction, RunStatus
 from airflow_provider_etl_craft.settings import setting
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
                 self._looked(outcome.action)
-                if outcome.action == "SKIPPED":
+                if outcome.action == ClaimAction.SKIPPED:
                     self.log.info(
                         "etl-craft: run %s of pipeline %s recorded SKIPPED: %s",
                         outcome.pipeline_run_id,
@@ -382,7 +383,9 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
             if self.dag.get_task(tid).is_teardown and not self.dag.get_task(tid).on_failure_fail_dagrun
         ]
         with airflow_outcome(), self._hook().lifecycle(self.etl_craft_lock_timeout) as lifecycle:
-            outcome = lifecycle.finish_run(self.pipeline_code, identity, states, map_states, lenient)
+            outcome = lifecycle.finish_run(
+                self.pipeline_code, identity, states, map_states, not_deciding=lenient
+            )
             duration = outcome.duration
             if duration is None and not outcome.already_ended and metrics.enabled():
                 from airflow_provider_etl_craft.runs.finish import run_duration
@@ -407,9 +410,9 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         if outcome.sla_status:
             details.append(f"SLA {outcome.sla_status}")
         message = summary + (f" ({'; '.join(details)})" if details else "")
-        if outcome.status == "FAILED":
+        if outcome.status == RunStatus.FAILED:
             raise AirflowFailException(f"[FAILURE] {message}")
         self.log.info("etl-craft: %s", message)
-        if outcome.status == "SKIPPED":
+        if outcome.status == RunStatus.SKIPPED:
             raise AirflowSkipException(message)
         return {"pipeline_run_id": outcome.pipeline_run_id, "status": outcome.status}

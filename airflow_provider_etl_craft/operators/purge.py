@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from airflow_provider_etl_craft._compat import BaseOperator
+from airflow_provider_etl_craft.engine.actor import ActorKind
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
@@ -89,7 +90,7 @@ class EnginePurgeOperator(BaseOperator):
                     archive_dir=self.archive_dir or None,
                     dry_run=self.count_only,
                     by=f"airflow:{self.dag_id}.{self.task_id}",
-                    kind="SCHEDULE",
+                    kind=ActorKind.SCHEDULE,
                 )
         verb = "would delete" if doc["dry_run"] else f"purge {doc['purge_id']} deleted"
         self.log.info("%s runs that ended before %s: %s", verb, doc["cutoff"], doc["counts"])

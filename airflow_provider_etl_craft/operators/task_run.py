@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from airflow.providers.standard.operators.python import PythonOperator
 
@@ -31,6 +31,7 @@ from airflow_provider_etl_craft.plugins.links import EngineRunLink
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.records import AttemptHandle
+from airflow_provider_etl_craft.runs.vocabulary import AttemptEnd
 from airflow_provider_etl_craft.settings import setting
 
 OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
@@ -287,7 +288,7 @@ class RecordedTaskMixin(_MixinBase):
                 self._etl_craft_record_exception(handle, exc, context)
             raise
         with airflow_outcome():
-            self._record_end(handle, "SUCCESS", counts=counts, context=context)
+            self._record_end(handle, AttemptEnd.SUCCESS, counts=counts, context=context)
         self.log.info("etl-craft: %s SUCCESS %s", self.task_code, _format_counts(counts))
         return result
 
@@ -303,14 +304,14 @@ class RecordedTaskMixin(_MixinBase):
             except EtlCraftError as err:
                 metrics.engine_error(err.status_name, err.retryable)
                 self.log.error("etl-craft: could not park %s's attempt: %s", self.task_code, err)
-        elif signal == "SUCCESS":  # a branch or short-circuit operator skipping its downstream tasks
-            self._record_end(handle, "SUCCESS", context=context, quiet=True)
-        elif signal == "SKIPPED":
+        elif signal == AttemptEnd.SUCCESS:  # a branch or short-circuit operator skipping its downstream tasks
+            self._record_end(handle, AttemptEnd.SUCCESS, context=context, quiet=True)
+        elif signal == AttemptEnd.SKIPPED:
             self._record_end(
-                handle, "SKIPPED", error=str(exc) or type(exc).__name__, context=context, quiet=True
+                handle, AttemptEnd.SKIPPED, error=str(exc) or type(exc).__name__, context=context, quiet=True
             )
         else:
-            status = "CANCELLED" if self._etl_craft_killed else _end_status(exc)
+            status = AttemptEnd.CANCELLED if self._etl_craft_killed else _end_status(exc)
             self._record_end(handle, status, error=_describe(exc), context=context, quiet=True)
 
     def _etl_craft_upstream_states(self, context: Any) -> Callable[[Sequence[str]], Mapping[str, str | None]]:
@@ -355,7 +356,7 @@ class RecordedTaskMixin(_MixinBase):
     def _record_end(
         self,
         handle: AttemptHandle,
-        status: str,
+        status: AttemptEnd,
         *,
         counts: TaskCounts | None = None,
         error: str | None = None,
@@ -367,7 +368,7 @@ class RecordedTaskMixin(_MixinBase):
         try:
             map_count = None if handle.map_index is None or context is None else _map_count(context)
             with self._etl_craft_lifecycle() as lifecycle:
-                lifecycle.finish_task(handle, status, counts, error, map_count)
+                lifecycle.finish_task(handle, status, counts, error, map_count=map_count)
             metrics.attempt(self.pipeline_code or "", self.task_code or "", status)
         except EtlCraftError as exc:
             if not quiet:
@@ -382,7 +383,7 @@ class RecordedTaskMixin(_MixinBase):
         if handle is not None:
             self._record_end(
                 handle,
-                "CANCELLED",
+                AttemptEnd.CANCELLED,
                 error="cancelled: Airflow killed the task (on_kill)",
                 quiet=True,
             )
@@ -397,13 +398,13 @@ def _seconds(value: timedelta | float) -> float:
 _TIMEOUTS = ("AirflowTaskTimeout", "AirflowSensorTimeout", "TaskDeferralTimeout")
 
 
-def _end_status(exc: BaseException) -> str:
+def _end_status(exc: BaseException) -> AttemptEnd:
     """TIMED_OUT for Airflow's timeouts, else FAILED."""
     timeouts = tuple(_compat.airflow_exception(name) for name in _TIMEOUTS)
-    return "TIMED_OUT" if isinstance(exc, timeouts) else "FAILED"
+    return AttemptEnd.TIMED_OUT if isinstance(exc, timeouts) else AttemptEnd.FAILED
 
 
-def _control_flow(exc: BaseException) -> str | None:
+def _control_flow(exc: BaseException) -> AttemptEnd | Literal["PARK"] | None:
     """What an Airflow control-flow exception means for the attempt (None: the work failed).
 
     PARK: the try goes on later (a reschedule, a deferral); SUCCESS: the task succeeded and skipped its
@@ -415,9 +416,9 @@ def _control_flow(exc: BaseException) -> str | None:
     ):
         return "PARK"
     if isinstance(exc, _compat.airflow_exception("DownstreamTasksSkipped")):
-        return "SUCCESS"
+        return AttemptEnd.SUCCESS
     if isinstance(exc, AirflowSkipException):
-        return "SKIPPED"
+        return AttemptEnd.SKIPPED
     return None
 
 

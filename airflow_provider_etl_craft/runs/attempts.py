@@ -124,6 +124,7 @@ class EndAttempt(Transition):
         status: AttemptEnd | str,
         counts: TaskCounts | None = None,
         error: str | None = None,
+        *,
         map_count: int | None = None,
     ) -> None:
         """End the attempt and copy it to its task run, in one transaction.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft import _compat
+from airflow_provider_etl_craft.engine.actor import ActorKind
 from airflow_provider_etl_craft.errors import EtlCraftError, MetadataError
 from airflow_provider_etl_craft.runs import graph
 from airflow_provider_etl_craft.runs.identity import RunIdentity
@@ -200,7 +201,7 @@ def purge(
     archive_dir: str | Path | None = None,
     dry_run: bool = False,
     by: str | None = None,
-    kind: str = "SYSTEM",
+    kind: str = ActorKind.SYSTEM,
 ) -> Document:
     """Delete finished runs that ended more than ``older_than`` ago, with their rows (docs/retention.md).
 

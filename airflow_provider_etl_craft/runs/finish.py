@@ -35,6 +35,7 @@ from airflow_provider_etl_craft.runs.vocabulary import (
     InterventionAction,
     OneCallAnswer,
     RunStatus,
+    SlaStatus,
     TaskRunStatus,
 )
 
@@ -109,6 +110,7 @@ class FinishRun(Transition):
         identity: RunIdentity,
         airflow_states: Mapping[str, str | None],
         map_states: Mapping[str, Mapping[int, str | None]] | None = None,
+        *,
         not_deciding: Collection[str] = (),
     ) -> FinishOutcome:
         """End the keyed run (docs/lifecycle.md, *Runs*), under the pipeline lock, in one transaction.
@@ -401,12 +403,12 @@ def _final_status(statuses: list[tuple[str, str, str]], not_deciding: frozenset[
     return RunStatus.SUCCESS
 
 
-def _sla(run: RunRow, sla_hours: Any, now: datetime) -> str | None:
+def _sla(run: RunRow, sla_hours: Any, now: datetime) -> SlaStatus | None:
     """MET or BREACHED for a first (not repaired) run of a pipeline with an SLA; None otherwise."""
     if run.repair_pending != "N" or sla_hours is None or run.start_date is None:
         return None
     hours = (now - run.start_date).total_seconds() / 3600
-    return "MET" if hours <= float(sla_hours) else "BREACHED"
+    return SlaStatus.MET if hours <= float(sla_hours) else SlaStatus.BREACHED
 
 
 def _unrecorded(states: Mapping[int, str | None]) -> dict[int, IndexAttempt]:

@@ -24,7 +24,14 @@ from typing import Any
 from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.runs.counts import clean_text
-from airflow_provider_etl_craft.runs.vocabulary import ENDED_RUN_SQL, GateResult, RunStatus, TaskRunStatus
+from airflow_provider_etl_craft.runs.vocabulary import (
+    ENDED_RUN_SQL,
+    DependencyType,
+    GateResult,
+    RunCondition,
+    RunStatus,
+    TaskRunStatus,
+)
 
 SATISFIED, UNSATISFIED, WAIT = GateResult.SATISFIED, GateResult.UNSATISFIED, GateResult.WAIT
 #: Airflow task states after which a same-pipeline upstream will not record a row any more, and the
@@ -130,13 +137,13 @@ def judge_status(dependency_type: str, status: str | None, rows_written: int | N
         return UNSATISFIED
     if status == RunStatus.IN_PROGRESS:
         return WAIT
-    if dependency_type == "ALWAYS":
+    if dependency_type == DependencyType.ALWAYS:
         return SATISFIED
-    if dependency_type == "SUCCESS":
+    if dependency_type == DependencyType.SUCCESS:
         return SATISFIED if status == RunStatus.SUCCESS else UNSATISFIED
-    if dependency_type == "HAS_DATA":
+    if dependency_type == DependencyType.HAS_DATA:
         return SATISFIED if status == RunStatus.SUCCESS and (rows_written or 0) >= 1 else UNSATISFIED
-    if dependency_type == "FAILURE":
+    if dependency_type == DependencyType.FAILURE:
         return SATISFIED if status == RunStatus.FAILED else UNSATISFIED
     raise ValueError(f"unknown DEPENDENCY_TYPE {dependency_type!r}")
 
@@ -150,15 +157,15 @@ def combine(
     others wait; ``ANY`` passes on the first SATISFIED; ``N`` passes at ``count`` satisfied edges and fails
     once too few can still be satisfied.
     """
-    condition = condition or "ALL"
+    condition = condition or RunCondition.ALL
     satisfied = [v for v in verdicts if v.result == SATISFIED]
     unsatisfied = [v for v in verdicts if v.result == UNSATISFIED]
     waiting = tuple(v for v in verdicts if v.result == WAIT)
     decided = tuple(v for v in verdicts if v.result != WAIT)
-    if condition not in ("ALL", "ANY", "N"):
+    if condition not in set(RunCondition):
         raise ValueError(f"unknown RUN_CONDITION {condition!r}")
-    need = {"ALL": len(verdicts), "ANY": 1}.get(condition, count or 1)
-    label = {"ALL": "ALL", "ANY": "ANY"}.get(condition, f"N={count}")
+    need = {RunCondition.ALL: len(verdicts), RunCondition.ANY: 1}.get(RunCondition(condition), count or 1)
+    label = str(condition) if condition != RunCondition.N else f"N={count}"
     if len(satisfied) >= need:
         return GateVerdict(
             SATISFIED,

@@ -26,9 +26,10 @@ from airflow_provider_etl_craft.errors import (
     SelfDependencyError,
     UnknownTaskError,
 )
+from airflow_provider_etl_craft.runs.vocabulary import DependencyType, RunCondition
 
-DEPENDENCY_TYPES = ("SUCCESS", "FAILURE", "ALWAYS", "HAS_DATA")
-RUN_CONDITIONS = ("ALL", "ANY", "N")
+DEPENDENCY_TYPES = tuple(DependencyType)
+RUN_CONDITIONS = tuple(RunCondition)
 #: How to mend the ``CFG_`` rows, said once at the end of the messages that need it.
 _THROUGH = "through a project migration"
 

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_etl_craft.engine.actor import ActorKind
+
 RUN_KEY_PREFIX = "airflow"
-ACTOR_KIND = "ORCHESTRATOR"
+ACTOR_KIND = ActorKind.ORCHESTRATOR
 CODE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 #: Run ids ``airflow tasks test`` gives the throwaway DAG run it creates when none is named.
 TEMPORARY_RUN_PREFIX = "__airflow_temporary_run_"

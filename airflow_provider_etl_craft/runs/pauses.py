@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_provider_etl_craft.engine.actor import acting_as
+from airflow_provider_etl_craft.engine.actor import ActorKind, acting_as
 from airflow_provider_etl_craft.errors import RunStateError, StaleTransitionError
 from airflow_provider_etl_craft.runs.counts import clean_text
 from airflow_provider_etl_craft.runs.records import Pause
@@ -12,7 +12,7 @@ from airflow_provider_etl_craft.runs.transition import Transition
 class OpenPause(Transition):
     """Open the pipeline's pause; while it is open, claims skip and running runs start no new task."""
 
-    def __call__(self, pipeline_code: str, reason: str, by: str, by_kind: str = "HUMAN") -> int:
+    def __call__(self, pipeline_code: str, reason: str, by: str, by_kind: str = ActorKind.HUMAN) -> int:
         """Open a pause of the pipeline (``AUD_PIPELINE_PAUSES``); returns its id.
 
         While it is open, claims skip their DAG runs and running runs start no new task.
@@ -42,7 +42,7 @@ class OpenPause(Transition):
 class EndPause(Transition):
     """Close the pipeline's open pause."""
 
-    def __call__(self, pipeline_code: str, reason: str, by: str, by_kind: str = "HUMAN") -> Pause:
+    def __call__(self, pipeline_code: str, reason: str, by: str, by_kind: str = ActorKind.HUMAN) -> Pause:
         """Close the pipeline's open pause; returns it.
 
         :raises RunStateError: the pipeline is not paused.

@@ -39,7 +39,7 @@ from airflow_provider_etl_craft.errors import (
     MetadataError,
     RunStateError,
 )
-from airflow_provider_etl_craft.runs.vocabulary import ENDED_RUN, ENDED_RUN_SQL
+from airflow_provider_etl_craft.runs.vocabulary import ENDED_RUN, ENDED_RUN_SQL, PurgeStatus
 
 FINISHED = ENDED_RUN
 #: The tables a purge deletes from, in the order it deletes (children before parents), with their keys.
@@ -170,7 +170,7 @@ class PurgeResult:
     def as_json(self) -> dict[str, Any]:
         return {
             "purge_id": self.purge_id,
-            "status": "DRY_RUN" if self.dry_run else "DONE",
+            "status": PurgeStatus.DRY_RUN if self.dry_run else PurgeStatus.DONE,
             "cutoff": self.cutoff.isoformat(),
             "pipeline_code": self.pipeline,
             "dry_run": self.dry_run,
@@ -207,7 +207,7 @@ class Purge:
         archive_dir: Path | None = None,
         dry_run: bool = False,
         by: str | None = None,
-        kind: str = "SYSTEM",
+        kind: str = actor.ActorKind.SYSTEM,
         on_batch: Callable[[int], None] | None = None,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
@@ -404,9 +404,9 @@ class Purge:
             self._purge_runs()
             self._purge_loose_rows()
         except BaseException as exc:
-            self._end("FAILED", f"{type(exc).__name__}: {exc}"[:2000])
+            self._end(PurgeStatus.FAILED, f"{type(exc).__name__}: {exc}"[:2000])
             raise
-        self._end("DONE", None)
+        self._end(PurgeStatus.DONE, None)
         return self.result
 
     def _dry_run(self) -> PurgeResult:
@@ -478,7 +478,7 @@ class Purge:
         if self.archive_dir is not None:
             self.result.archive = str(self.archive_dir / f"purge-{self.result.purge_id:06d}")
 
-    def _end(self, status: str, message: str | None) -> None:
+    def _end(self, status: PurgeStatus, message: str | None) -> None:
         if self.result.purge_id is None:
             return
         try:
@@ -490,7 +490,7 @@ class Purge:
                     (status, self.engine.to_db_time(self.engine.now()), message, self.result.purge_id),
                 )
         except Exception:
-            if status == "DONE":
+            if status == PurgeStatus.DONE:
                 raise
             # FAILED is best effort: a row left RUNNING is recognised as interrupted by the next purge.
 

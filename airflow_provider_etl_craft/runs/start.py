@@ -178,6 +178,7 @@ class StartAttempt(Transition):
         task_code: str,
         identity: RunIdentity,
         try_number: int,
+        *,
         log_path: str | None = None,
         upstream_states: UpstreamStates | None = None,
         claim_skipped: Callable[[], bool] | None = None,

@@ -117,6 +117,41 @@ class GateResult(StrEnum):
     WAIT = "WAIT"
 
 
+class DependencyType(StrEnum):
+    """``CFG_TASK_DEPENDENCY`` / ``CFG_PIPELINE_DEPENDENCY.DEPENDENCY_TYPE``: what an upstream must have done
+    for its edge to be satisfied (the truth table of docs/gates.md)."""
+
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+    ALWAYS = "ALWAYS"
+    HAS_DATA = "HAS_DATA"
+
+
+class RunCondition(StrEnum):
+    """``CFG_TASKS.RUN_CONDITION``: how many of a task's edges must be satisfied (NULL reads as ALL)."""
+
+    ALL = "ALL"
+    ANY = "ANY"
+    N = "N"
+
+
+class PurgeStatus(StrEnum):
+    """``AUD_ENGINE_PURGES.STATUS``: a purge's row (docs/retention.md); DRY_RUN is only reported, never stored."""
+
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
+    DRY_RUN = "DRY_RUN"
+
+
+class SlaStatus(StrEnum):
+    """``AUD_PIPELINES_RUN_LOG.SLA_STATUS`` of a run whose pipeline has an SLA."""
+
+    MET = "MET"
+    BREACHED = "BREACHED"
+
+
 #: Attempt statuses that hold a worker's lease (one such attempt per task run and map index), in the order of
 #: the live-attempt unique index's predicate.
 LIVE_ATTEMPT = (AttemptStatus.QUEUED, AttemptStatus.CLAIMED, AttemptStatus.RUNNING)

@@ -231,7 +231,7 @@ def claim(code: str, run_id: str, tasks: tuple[str, ...] | None = SALES, **ident
 
 def finish(code: str, run_id: str, states: dict[str, str | None], maps: dict[str, dict[int, str]] | None = None,
            not_deciding: tuple[str, ...] = ()) -> Step:  # fmt: skip
-    return lambda lc: lc.finish_run(code, ident(run_id), states, maps, not_deciding)
+    return lambda lc: lc.finish_run(code, ident(run_id), states, maps, not_deciding=not_deciding)
 
 
 def tasks(code: str, run_id: str, results: dict[str, str], live: bool = False, **identity: Any) -> Step:

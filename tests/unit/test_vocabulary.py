@@ -14,19 +14,34 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_etl_craft.engine.actor import ActorKind
 from airflow_provider_etl_craft.runs.vocabulary import (
     ATTEMPT_ENDS,
     ENDED_RUN,
     LIVE_ATTEMPT,
     LIVE_SQL,
     AttemptStatus,
+    DependencyType,
     GateResult,
     InterventionAction,
+    PurgeStatus,
+    RunCondition,
     RunStatus,
+    SlaStatus,
     TaskRunStatus,
     sql_list,
 )
 
+#: Every column that stores an actor's kind.
+ACTOR_KIND_COLUMNS = [
+    ("AUD_PIPELINES_RUN_LOG", "STARTED_BY_KIND"),
+    ("AUD_PIPELINES_RUN_LOG", "ENDED_BY_KIND"),
+    ("AUD_PIPELINE_PAUSES", "PAUSED_BY_KIND"),
+    ("AUD_PIPELINE_PAUSES", "RESUMED_BY_KIND"),
+    ("AUD_RUN_INTERVENTIONS", "REQUESTED_BY_KIND"),
+    ("AUD_TASK_ATTEMPTS", "REQUESTED_BY_KIND"),
+    ("AUD_ENGINE_PURGES", "REQUESTED_BY_KIND"),
+]
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 _CREATE = re.compile(r"CREATE TABLE (\w+) \((.*?)\n\);", re.DOTALL)
 _VALUES = re.compile(r"^\s*(\w+)\s[^\n]*?(?:\n\s+)?CHECK \(\1 IN \(([^)]*)\)\)", re.MULTILINE)
@@ -53,11 +68,19 @@ DECLARED: list[tuple[type[StrEnum], tuple[str, str], set[str]]] = [
     (AttemptStatus, ("AUD_TASK_ATTEMPTS", "STATUS"), set()),
     (InterventionAction, ("AUD_RUN_INTERVENTIONS", "ACTION"), set()),
     (GateResult, ("AUD_GATE_DECISIONS", "RESULT"), {"WAIT"}),
+    (DependencyType, ("CFG_TASK_DEPENDENCY", "DEPENDENCY_TYPE"), set()),
+    (DependencyType, ("CFG_PIPELINE_DEPENDENCY", "DEPENDENCY_TYPE"), set()),
+    (RunCondition, ("CFG_TASKS", "RUN_CONDITION"), set()),
+    (PurgeStatus, ("AUD_ENGINE_PURGES", "STATUS"), {"DRY_RUN"}),
+    (SlaStatus, ("AUD_PIPELINES_RUN_LOG", "SLA_STATUS"), set()),
+    *[(ActorKind, column, set()) for column in ACTOR_KIND_COLUMNS],
 ]
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
-@pytest.mark.parametrize(("enum", "column", "unstored"), DECLARED, ids=[e.__name__ for e, _, _ in DECLARED])
+@pytest.mark.parametrize(
+    ("enum", "column", "unstored"), DECLARED, ids=[f"{e.__name__}-{c[0]}.{c[1]}" for e, c, _ in DECLARED]
+)
 def test_each_status_enum_has_exactly_the_values_of_its_check_constraint(
     dialect: str, enum: type[StrEnum], column: tuple[str, str], unstored: set[str]
 ) -> None:

@@ -1,4 +1,4 @@
-"""Pause a pipeline and end its pause (``AUD_PIPELINE_PAUSES``; docs/gates.md, *Waiting and pauses*)."""
+"""Pause a pipeline and end its pause (``AUD_PIPELINE_PAUSES``; docs/gates.md, *Pauses*)."""
 
 from __future__ import annotations
 

@@ -194,7 +194,14 @@ def build_profile(
         variable names to look up.
     :raises ConfigurationError: the first setting that is wrong.
     """
-    return ProfileSettings(settings, resolver, origin, prefix, base_dir, secret_values or {}).profile(name)
+    return ProfileSettings(
+        settings=settings,
+        resolver=resolver,
+        origin=origin,
+        prefix=prefix,
+        base_dir=base_dir,
+        secret_values=secret_values or {},
+    ).profile(name)
 
 
 @dataclass(frozen=True)

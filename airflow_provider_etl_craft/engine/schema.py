@@ -185,7 +185,7 @@ def schema_state(dialect: EngineDialect, conn: Connection, cur: Cursor | None = 
     if shared and SCHEMA_VERSION not in applied:
         pending = (SCHEMA_VERSION, *pending)
     where = f"{dialect.describe()} schema {dialect.profile.schema}"
-    return SchemaState(present, applied, pending, where, shared)
+    return SchemaState(present=present, applied=applied, pending=pending, where=where, shared=shared)
 
 
 def check_schema(dialect: EngineDialect, conn: Connection) -> SchemaState:

@@ -181,7 +181,9 @@ def _postgres(rest: str, setting: str, base_dir: Path | None) -> PostgresTarget:
     settings = _query(query, setting, base_dir, written)
     _check_writable(settings, written, len(hosts), setting)
     (host, port), *others = hosts
-    return PostgresTarget(host, port, database, settings, tuple(others))
+    return PostgresTarget(
+        host=host, port=port, database=database, settings=settings, other_hosts=tuple(others)
+    )
 
 
 def _hosts(netloc: str, setting: str) -> list[tuple[str, int]]:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated
 
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Body, Depends, FastAPI, Path, Query, Request
@@ -122,9 +122,10 @@ def _engine(conn_id: str | None) -> Iterator[EngineDBHook]:
         yield hook
 
 
-def _document(conn_id: str | None, command: Callable[..., commands.Document], *args: Any) -> JSONResponse:
+def _document(conn_id: str | None, command: Callable[[EngineDBHook], commands.Document]) -> JSONResponse:
+    """The JSON of ``command`` run on the Engine DB of ``conn_id``."""
     with _engine(conn_id) as hook:
-        return JSONResponse(command(hook, *args))
+        return JSONResponse(command(hook))
 
 
 @app.get(
@@ -136,7 +137,7 @@ def list_pipelines(conn_id: ConnId = None) -> JSONResponse:
 
 @app.get("/api/v1/pipelines/{code}", dependencies=[read], summary="A pipeline, its pause and current run")
 def pipeline_status(code: Code, conn_id: ConnId = None) -> JSONResponse:
-    return _document(conn_id, commands.status, code)
+    return _document(conn_id, lambda hook: commands.status(hook, code))
 
 
 @app.get("/api/v1/pipelines/{code}/runs", dependencies=[read], summary="A page of runs, newest first")
@@ -148,7 +149,7 @@ def pipeline_runs(
         int | None, Query(ge=1, le=MAX_LIMIT, description="next_before of the last page")
     ] = None,
 ) -> JSONResponse:
-    return _document(conn_id, commands.history, code, limit, before)
+    return _document(conn_id, lambda hook: commands.history(hook, code, limit, before))
 
 
 @app.get(
@@ -163,12 +164,12 @@ def pipeline_trend(
         int, Query(ge=1, le=commands.MAX_TREND_RUNS, description="How many finished runs (newest ones)")
     ] = commands.TREND_RUNS,
 ) -> JSONResponse:
-    return _document(conn_id, commands.trend, code, limit)
+    return _document(conn_id, lambda hook: commands.trend(hook, code, limit))
 
 
 @app.get("/api/v1/runs/{pipeline_run_id}", dependencies=[read], summary="One run by PIPELINE_RUN_ID")
 def run_by_id(pipeline_run_id: RunId, conn_id: ConnId = None) -> JSONResponse:
-    return _document(conn_id, commands.run_by_id, pipeline_run_id)
+    return _document(conn_id, lambda hook: commands.run_by_id(hook, pipeline_run_id))
 
 
 @app.get("/api/v1/runs", dependencies=[read], summary="The Engine run(s) of an Airflow DAG run")
@@ -177,21 +178,21 @@ def run_by_dag_run(
     run_id: Annotated[str, Query(pattern=PRINTABLE, max_length=MAX_ID)],
     conn_id: ConnId = None,
 ) -> JSONResponse:
-    return _document(conn_id, commands.run_by_dag_run, dag_id, run_id)
+    return _document(conn_id, lambda hook: commands.run_by_dag_run(hook, dag_id, run_id))
 
 
 @app.post("/api/v1/pipelines/{code}/pause", dependencies=[edit], summary="Pause a pipeline")
 def pause(
     code: Code, body: Annotated[ReasonBody, Body()], user: GetUserDep, conn_id: ConnId = None
 ) -> JSONResponse:
-    return _document(conn_id, commands.pause, code, body.reason, user.get_name())
+    return _document(conn_id, lambda hook: commands.pause(hook, code, body.reason, user.get_name()))
 
 
 @app.post("/api/v1/pipelines/{code}/resume", dependencies=[edit], summary="End a pipeline's pause")
 def resume(
     code: Code, body: Annotated[ReasonBody, Body()], user: GetUserDep, conn_id: ConnId = None
 ) -> JSONResponse:
-    return _document(conn_id, commands.resume, code, body.reason, user.get_name())
+    return _document(conn_id, lambda hook: commands.resume(hook, code, body.reason, user.get_name()))
 
 
 @app.get("/openapi.json", dependencies=[read], include_in_schema=False)

@@ -143,8 +143,14 @@ class EndAttempt(Transition):
         note = None
         if status == AttemptEnd.SKIPPED:
             note, message = clean_text(SKIP_NOTE + (error or "")), None
+        attempt_status, run_status = ATTEMPT_ENDS[AttemptEnd(status)]
         ending = _Ending(
-            *ATTEMPT_ENDS[AttemptEnd(status)], (counts or TaskCounts()).values(), message, note, self.now()[1]
+            attempt_status=attempt_status,
+            run_status=run_status,
+            counts=(counts or TaskCounts()).values(),
+            error=message,
+            note=note,
+            now_db=self.now()[1],
         )
         consume = status == AttemptEnd.SUCCESS and handle.consumes
         if note is None and handle.map_index is None and not consume:

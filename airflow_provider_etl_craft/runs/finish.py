@@ -92,7 +92,13 @@ class _Answer(NamedTuple):
     @classmethod
     def from_db(cls, row: Any) -> _Answer:
         action, run_id, status, sla_status, failed = row
-        return cls(action, int(run_id), status, sla_status, tuple(failed or ()))
+        return cls(
+            action=action,
+            pipeline_run_id=int(run_id),
+            status=status,
+            sla_status=sla_status,
+            failed=tuple(failed or ()),
+        )
 
 
 class FinishRun(Transition):

@@ -291,12 +291,12 @@ class Gates:
             )
         what = f"run {run_id} of {up}" + (f" task {edge.upstream_task_code}" if edge.kind == "task" else "")
         return Observed(
-            status,
-            f"{what} ({status}, revision {revision}, {int(rows or 0)} rows written)",
-            run_id,
-            task_run_id,
-            revision,
-            None if rows is None else int(rows),
+            status=status,
+            what=f"{what} ({status}, revision {revision}, {int(rows or 0)} rows written)",
+            pipeline_run_id=run_id,
+            task_run_id=task_run_id,
+            revision=revision,
+            rows_written=None if rows is None else int(rows),
         )
 
     def _running(self, cur: Cursor, edge: Edge) -> Observed | None:
@@ -345,12 +345,12 @@ class Gates:
         if row:
             task_run_id, status, rows = int(row[0][0]), row[0][1], row[0][2]
             return Observed(
-                status,
-                f"task {code} of this run ({status}, {int(rows or 0)} rows written)",
-                pipeline_run_id,
-                task_run_id,
-                None,
-                None if rows is None else int(rows),
+                status=status,
+                what=f"task {code} of this run ({status}, {int(rows or 0)} rows written)",
+                pipeline_run_id=pipeline_run_id,
+                task_run_id=task_run_id,
+                revision=None,
+                rows_written=None if rows is None else int(rows),
             )
         state = (airflow_states([code]) if airflow_states else {}).get(code)
         if state in AIRFLOW_FINISHED:

@@ -220,7 +220,9 @@ class Purge:
         self.archive_dir = archive_dir
         self.by, self.kind = by or actor.current().name, kind
         self.on_batch = on_batch
-        self.result = PurgeResult(None, cutoff, pipeline, dry_run, batch_size)
+        self.result = PurgeResult(
+            purge_id=None, cutoff=cutoff, pipeline=pipeline, dry_run=dry_run, batch_size=batch_size
+        )
         self._pipeline_id: int | None = None
         self._shared = False
 

@@ -352,26 +352,26 @@ class RunQueries:
             known = latest.get(row[0])
             if known is None or int(row[1]) > known.pipeline_run_id:
                 latest[row[0]] = LatestRun(
-                    int(row[1]),
-                    row[2],
-                    row[3],
-                    self.engine.from_db_date(row[4]),
-                    t(row[5]),
-                    t(row[6]),
-                    row[7],
+                    pipeline_run_id=int(row[1]),
+                    status=row[2],
+                    run_key=row[3],
+                    run_date=self.engine.from_db_date(row[4]),
+                    start_date=t(row[5]),
+                    end_date=t(row[6]),
+                    sla_status=row[7],
                 )
         chosen: dict[str, Pipeline] = {}
         for row in self._rows(_PIPELINES):
             chosen.setdefault(row[1], Pipeline.from_db(row))
         return [
             PipelineSummary(
-                p.pipeline_id,
-                p.pipeline_code,
-                p.pipeline_name,
-                p.active_flag,
-                p.sla_in_hours,
-                pauses.get(p.pipeline_id),
-                latest.get(p.pipeline_code),
+                pipeline_id=p.pipeline_id,
+                pipeline_code=p.pipeline_code,
+                pipeline_name=p.pipeline_name,
+                active_flag=p.active_flag,
+                sla_in_hours=p.sla_in_hours,
+                pause=pauses.get(p.pipeline_id),
+                latest_run=latest.get(p.pipeline_code),
             )
             for p in chosen.values()
         ]
@@ -404,7 +404,13 @@ class RunQueries:
                 duration = None if started is None or ended is None else (ended - started).total_seconds()
                 found.append(
                     TrendRun(
-                        int(run_id), status, self.engine.from_db_date(run_date), started, ended, duration, sla
+                        pipeline_run_id=int(run_id),
+                        status=status,
+                        run_date=self.engine.from_db_date(run_date),
+                        start_date=started,
+                        end_date=ended,
+                        duration_seconds=duration,
+                        sla_status=sla,
                     )
                 )
         found.sort(key=lambda run: run.pipeline_run_id)
@@ -426,16 +432,16 @@ class RunQueries:
         for row in rows:
             run_id, status, key, run_date, start, end, sla, revision, trigger, backfill = row[:10]
             run = RunInfo(
-                int(run_id),
-                status,
-                key,
-                self.engine.from_db_date(run_date),
-                t(start),
-                t(end),
-                sla,
-                int(revision),
-                trigger,
-                backfill,
+                pipeline_run_id=int(run_id),
+                status=status,
+                run_key=key,
+                run_date=self.engine.from_db_date(run_date),
+                start_date=t(start),
+                end_date=t(end),
+                sla_status=sla,
+                output_revision=int(revision),
+                trigger_kind=trigger,
+                backfill=backfill,
             )
             found.append((Pipeline.from_db(row[10:]), run))
         by_code: dict[str, list[int]] = {}
@@ -473,21 +479,21 @@ class RunQueries:
             start, end, error, log = row[11:]
             tasks.setdefault(int(run_id), []).append(
                 TaskRunInfo(
-                    int(trid),
-                    task_code,
-                    status,
-                    int(attempt_count),
-                    source,
-                    target,
-                    inserted,
-                    updated,
-                    deleted,
-                    written,
-                    t(start),
-                    t(end),
-                    error,
-                    log,
-                    tuple(attempts.get(int(trid), ())),
+                    task_run_id=int(trid),
+                    task_code=task_code,
+                    status=status,
+                    attempt_count=int(attempt_count),
+                    source_count=source,
+                    target_count=target,
+                    insert_count=inserted,
+                    update_count=updated,
+                    delete_count=deleted,
+                    rows_written=written,
+                    start_date=t(start),
+                    end_date=t(end),
+                    error_message=error,
+                    task_log=log,
+                    attempts=tuple(attempts.get(int(trid), ())),
                 )
             )
         return tasks
@@ -499,17 +505,17 @@ class RunQueries:
             run_id, did, attempt, task, up_pipeline, up_task, result, reason, sel_run, sel_task, rev, at = row
             decisions.setdefault(int(run_id), []).append(
                 GateDecisionInfo(
-                    int(did),
-                    _int(attempt),
-                    task,
-                    up_pipeline,
-                    up_task,
-                    result,
-                    reason,
-                    _int(sel_run),
-                    _int(sel_task),
-                    _int(rev),
-                    t(at),
+                    decision_id=int(did),
+                    attempt_id=_int(attempt),
+                    task_code=task,
+                    depends_on_pipeline_code=up_pipeline,
+                    depends_on_task_code=up_task,
+                    result=result,
+                    reason=reason,
+                    selected_pipeline_run_id=_int(sel_run),
+                    selected_task_run_id=_int(sel_task),
+                    selected_revision=_int(rev),
+                    decided_at=t(at),
                 )
             )
         return decisions
@@ -521,7 +527,17 @@ class RunQueries:
             _INTERVENTIONS, span
         ):
             found.setdefault(int(run_id), []).append(
-                InterventionInfo(int(iid), task, action, from_status, to_status, reason, by, kind, t(at))
+                InterventionInfo(
+                    intervention_id=int(iid),
+                    task_code=task,
+                    action=action,
+                    from_status=from_status,
+                    to_status=to_status,
+                    reason=reason,
+                    requested_by=by,
+                    requested_by_kind=kind,
+                    requested_at=t(at),
+                )
             )
         return found
 
@@ -534,16 +550,16 @@ class RunQueries:
         ):
             attempts.setdefault(int(task_run_id), []).append(
                 AttemptInfo(
-                    int(aid),
-                    None if index is None else int(index),
-                    int(number),
-                    status,
-                    host,
-                    None if pid is None else int(pid),
-                    t(started),
-                    t(ended),
-                    error,
-                    t(queued),
+                    attempt_id=int(aid),
+                    map_index=None if index is None else int(index),
+                    attempt_number=int(number),
+                    status=status,
+                    host=host,
+                    pid=None if pid is None else int(pid),
+                    started_at=t(started),
+                    ended_at=t(ended),
+                    error_message=error,
+                    queued_at=t(queued),
                 )
             )
         return attempts

@@ -38,7 +38,13 @@ class Pipeline:
     @classmethod
     def from_db(cls, row: Sequence[Any]) -> Pipeline:
         sla = row[4]
-        return cls(int(row[0]), row[1], row[2], row[3], None if sla is None else float(sla))
+        return cls(
+            pipeline_id=int(row[0]),
+            pipeline_code=row[1],
+            pipeline_name=row[2],
+            active_flag=row[3],
+            sla_in_hours=None if sla is None else float(sla),
+        )
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,14 @@ class RunRow:
     def from_db(cls, engine: EngineDialect, row: Sequence[Any]) -> RunRow:
         t = engine.from_db_time
         return cls(
-            int(row[0]), int(row[1]), RunStatus(row[2]), row[3], t(row[4]), t(row[5]), row[6], int(row[7])
+            pipeline_run_id=int(row[0]),
+            pipeline_id=int(row[1]),
+            status=RunStatus(row[2]),
+            run_key=row[3],
+            start_date=t(row[4]),
+            end_date=t(row[5]),
+            repair_pending=row[6],
+            output_revision=int(row[7]),
         )
 
     def describe(self) -> str:
@@ -99,7 +112,13 @@ class Pause:
 
     @classmethod
     def from_db(cls, engine: EngineDialect, row: Sequence[Any]) -> Pause:
-        return cls(int(row[0]), engine.from_db_time(row[1]), row[2], row[3], row[4])
+        return cls(
+            pause_id=int(row[0]),
+            paused_at=engine.from_db_time(row[1]),
+            paused_by=row[2],
+            paused_by_kind=row[3],
+            reason=row[4],
+        )
 
     def describe(self, code: str) -> str:
         since = f" since {self.paused_at:%Y-%m-%d %H:%M:%S}Z" if self.paused_at else ""

@@ -206,7 +206,15 @@ class StartAttempt(Transition):
         :raises RunStateError: no run with this key (the claim did not run).
         :raises StaleTransitionError: this try already has an attempt (a duplicate delivery).
         """
-        attempt = Try(pipeline_code, task_code, identity, try_number, log_path, map_index, upstream_states)
+        attempt = Try(
+            pipeline_code=pipeline_code,
+            task_code=task_code,
+            identity=identity,
+            try_number=try_number,
+            log_path=log_path,
+            map_index=map_index,
+            upstream_states=upstream_states,
+        )
         adopted = self._adopt(attempt) if resume else None
         return adopted or self._start(attempt, claim_skipped)
 
@@ -398,13 +406,13 @@ class StartAttempt(Transition):
         if run.status != RunStatus.IN_PROGRESS:
             raise _RunEnded(run, task_id)
         return _Context(
-            task_id,
-            run,
-            condition,
-            None if count is None else int(count),
-            int(edges) > 0,
-            int(paused) > 0,
-            int(live) > 0,
+            task_id=task_id,
+            run=run,
+            condition=condition,
+            condition_count=None if count is None else int(count),
+            has_edges=int(edges) > 0,
+            paused=int(paused) > 0,
+            earlier_live=int(live) > 0,
         )
 
     def _judge(self, cur: Cursor, attempt: Try, context: _Context) -> GateVerdict | None:

@@ -22,8 +22,7 @@ from airflow_provider_etl_craft.engine.schema import (
 )
 from airflow_provider_etl_craft.engine.url import PostgresTarget
 from airflow_provider_etl_craft.errors import EtlCraftError
-from airflow_provider_etl_craft.runs.lifecycle import DEFAULT_LOCK_TIMEOUT as RUN_LOCK_TIMEOUT
-from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
+from airflow_provider_etl_craft.runs.lifecycle import RUN_LOCK_TIMEOUT, RunLifecycle
 
 
 class EngineDBHook(DbApiHook):

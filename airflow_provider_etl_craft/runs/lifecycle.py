@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from airflow_provider_etl_craft.runs.start import StartAttempt
 
 #: Seconds to wait for the ``pipeline:<code>`` lock before a retryable LOCK_TIMEOUT (``[etl_craft] lock_timeout``).
-DEFAULT_LOCK_TIMEOUT = float(OPTIONS["lock_timeout"].default)
+RUN_LOCK_TIMEOUT = float(OPTIONS["lock_timeout"].default)
 
 _T = TypeVar("_T", bound=Transition)
 
@@ -78,7 +78,7 @@ class RunLifecycle:
         self,
         engine: EngineDialect,
         conn: Connection,
-        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+        lock_timeout: float | None = RUN_LOCK_TIMEOUT,
         reconnect_with: Callable[[str], Connection] | None = None,
     ) -> None:
         self.engine = engine
@@ -107,7 +107,7 @@ class RunLifecycle:
 
 @contextmanager
 def lent_lifecycle(
-    engine: EngineDialect, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    engine: EngineDialect, lock_timeout: float | None = RUN_LOCK_TIMEOUT
 ) -> Iterator[RunLifecycle]:
     """The run lifecycle on the process's one connection to ``engine``'s Engine DB
     (:mod:`~airflow_provider_etl_craft.engine.reuse`): a recorded task's attempt starts and ends on one login.

@@ -191,20 +191,26 @@ def render(rows: Sequence[Row], base_label: str, head_label: str) -> str:
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
+    """A git command's output (``CalledProcessError`` when it fails)."""
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
 
 @contextmanager
 def base_worktree(ref: str, tmp: Path) -> Iterator[Path]:
-    """A detached worktree of ``ref`` under ``tmp``, removed (and pruned from git's list) however this ends."""
+    """A detached worktree of ``ref`` under ``tmp``, removed from disk and from git's list however this ends."""
     tree = tmp / "base"
     git("worktree", "add", "--detach", "--quiet", str(tree), ref)
     try:
         yield tree
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
-        shutil.rmtree(tree, ignore_errors=True)
-        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
+        removed = subprocess.run(
+            ["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True
+        )
+        if (
+            removed.returncode != 0
+        ):  # e.g. its directory went first: forget the entries whose directory is gone
+            shutil.rmtree(tree, ignore_errors=True)
+            subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
 
 
 def run_bench(tree: Path, out: Path, log: Path, bench_args: Sequence[str]) -> dict[str, Any]:

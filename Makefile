@@ -4,6 +4,7 @@
 #   make smoke AIRFLOW=3.1    the smoke set CI runs on each non-default line
 #   make check-constraints    Python 3.12 sets resolve; the provider installs into every managed image set
 #   make docs                 the docs site (docs/, mkdocs.yml), strict: broken links and anchors fail
+#   make bench-compare BASE=ref   part 1 of the bench, a commit against this tree, interleaved (docs/benchmarks.md)
 PYTHON ?= python3
 AIRFLOW_LINES := 3.0 3.1 3.2 3.3
 NEWEST := 3.3
@@ -17,7 +18,7 @@ CONSTRAINTS := constraints/constraints-airflow-$(AIRFLOW)-py$(PYVER).txt
 VENV := $(if $(filter $(NEWEST),$(AIRFLOW)),.venv,.venv-airflow-$(AIRFLOW))
 BIN := $(VENV)/bin
 
-.PHONY: demo test smoke lint bench docs check-constraints system-deps vendor-ui clean
+.PHONY: demo test smoke lint bench bench-compare docs check-constraints system-deps vendor-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +64,17 @@ smoke: $(VENV)/.installed-dev
 # Extra options: make bench BENCH_ARGS="--quick" (see python -m bench --help).
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Part 1's step times of BASE (a git ref, in a throwaway worktree) against this tree, ROUNDS interleaved bench
+# runs each (default 8; a round takes about 2 min here); prints the table, writes bench/compare-results.json, exits 1 when
+# a step is more than 5% slower beyond the noise. Extra options: COMPARE_ARGS="--runs 10" (python -m bench.compare -h).
+ifneq ($(filter bench-compare,$(MAKECMDGOALS)),)
+ifeq ($(BASE),)
+$(error usage: make bench-compare BASE=<git ref> [ROUNDS=n])
+endif
+endif
+bench-compare: $(VENV)/.installed-dev
+	$(BIN)/python -m bench.compare --base "$(BASE)" $(if $(ROUNDS),--rounds $(ROUNDS)) $(COMPARE_ARGS)
 
 # The docs site (mkdocs.yml; pages in docs/) built strict: a broken link or anchor, or a page left out of the
 # navigation, fails the build. Its own venv, pinned by constraints/constraints-docs.txt.

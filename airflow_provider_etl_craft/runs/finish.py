@@ -40,10 +40,14 @@ from airflow_provider_etl_craft.runs.vocabulary import (
 )
 
 #: The keyed run with its SLA, row-locked; parameters: pipeline code, run key.
+#: ``CROSS JOIN`` fixes the join order on SQLite (the pipeline rows first, then the run through
+#: UX_AUD_PIPELINES_RUN_LOG_RUN_KEY): with a plain JOIN, SQLite's planner walked the whole run table backwards
+#: to spare itself the sort, so the finish grew with history (docs/benchmarks.md, part 7). PostgreSQL plans a
+#: CROSS JOIN with a join condition as the inner join it is.
 _KEYED_RUN = (
-    f"SELECT {RunRow.COLUMNS}, r.SLA_STATUS, p.SLA_IN_HOURS FROM AUD_PIPELINES_RUN_LOG r "  # noqa: S608 - constant
-    "JOIN CFG_PIPELINES p ON p.PIPELINE_ID = r.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND r.RUN_KEY = ? "
-    "ORDER BY r.PIPELINE_RUN_ID DESC FOR UPDATE"
+    f"SELECT {RunRow.COLUMNS}, r.SLA_STATUS, p.SLA_IN_HOURS FROM CFG_PIPELINES p "  # noqa: S608 - constant
+    "CROSS JOIN AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = p.PIPELINE_ID AND p.PIPELINE_CODE = ? "
+    "AND r.RUN_KEY = ? ORDER BY r.PIPELINE_RUN_ID DESC FOR UPDATE"
 )
 #: A run's start and end; parameter: pipeline run id.
 _RUN_TIMES = "SELECT START_DATE, END_DATE FROM AUD_PIPELINES_RUN_LOG WHERE PIPELINE_RUN_ID = ?"

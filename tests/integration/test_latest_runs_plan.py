@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_etl_craft.runs.finish import _KEYED_RUN
 from airflow_provider_etl_craft.runs.queries import (
     _CURRENT_OR_LATEST_RUN,
     _LATEST_RUNS,
@@ -178,3 +179,24 @@ def test_the_trend_is_the_newest_finished_runs_of_every_row_of_the_code(engine: 
     assert len(every) - len(finished) == 1
     assert [(r.pipeline_run_id, r.status) for r in trend] == finished[-50:]
     assert all(r.duration_seconds is not None and r.duration_seconds >= 0 for r in trend)
+
+
+@pytest.mark.parametrize("statistics", [True, False], ids=["analysed", "never-analysed"])
+def test_the_finish_reads_its_run_by_key_through_the_run_key_index(
+    engine: EngineSetup, statistics: bool
+) -> None:
+    """The finish's keyed-run read (one pipeline code, one RUN_KEY) takes the run through
+    UX_AUD_PIPELINES_RUN_LOG_RUN_KEY, with or without planner statistics (an Engine DB etl-craft made has none):
+    never a scan of the run table, so finishing a run does not grow with history."""
+    hook = engine.hook()
+    if not statistics:
+        with closing(hook.engine.connect()) as conn:
+            drop = "DROP TABLE sqlite_stat1" if engine.dialect == "sqlite" else "SELECT 1"
+            hook.engine.execute(conn, drop)
+    steps = plan(engine, _KEYED_RUN.removesuffix(" FOR UPDATE"), ("P01", "k1"))
+    text = "\n".join(steps)
+    assert "ux_aud_pipelines_run_log_run_key" in text.lower(), text
+    if engine.dialect == "postgresql":
+        assert not any("seq scan on aud_pipelines_run_log" in s.lower() for s in steps), text
+    else:
+        assert not [s for s in steps if s.startswith("SCAN") and s.split()[1] == "r"], text

@@ -34,10 +34,13 @@ from airflow_provider_etl_craft.runs.vocabulary import (
     RunStatus,
 )
 
-#: The keyed run and any IN-PROGRESS run of the pipeline; parameters: PIPELINE_ID, RUN_KEY.
+#: The keyed run and any IN-PROGRESS run of the pipeline; parameters: PIPELINE_ID, RUN_KEY, PIPELINE_ID. Two
+#: index probes (UX_AUD_PIPELINES_RUN_LOG_RUN_KEY, UX_AUD_PIPELINES_RUN_LOG_IN_PROGRESS): written as one ``OR``,
+#: SQLite read every run of the pipeline, so a claim grew with the pipeline's history.
 _CANDIDATES = (
-    f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? "  # noqa: S608 - constant
-    "AND (r.RUN_KEY = ? OR r.STATUS = 'IN-PROGRESS') ORDER BY r.PIPELINE_RUN_ID"
+    f"SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? AND r.RUN_KEY = ? "  # noqa: S608
+    f"UNION SELECT {RunRow.COLUMNS} FROM AUD_PIPELINES_RUN_LOG r WHERE r.PIPELINE_ID = ? "
+    f"AND r.STATUS = '{RunStatus.IN_PROGRESS.value}' ORDER BY PIPELINE_RUN_ID"
 )
 #: One run of a pipeline, row-locked; parameters: PIPELINE_RUN_ID, PIPELINE_CODE.
 _RUN_OF_PIPELINE = (
@@ -221,7 +224,8 @@ class Claim(Transition):
 
     def _claim_run(self, cur: Cursor, pipeline_id: int, code: str, identity: RunIdentity) -> ClaimOutcome:
         rows = [
-            self.run_row(r) for r in self.exec(cur, _CANDIDATES, (pipeline_id, identity.run_key)).fetchall()
+            self.run_row(r)
+            for r in self.exec(cur, _CANDIDATES, (pipeline_id, identity.run_key, pipeline_id)).fetchall()
         ]
         mine = next((r for r in rows if r.run_key == identity.run_key), None)
         if mine is not None and mine.status == RunStatus.IN_PROGRESS:

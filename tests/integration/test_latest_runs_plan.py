@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_etl_craft.runs.claim import _CANDIDATES
 from airflow_provider_etl_craft.runs.finish import _KEYED_RUN
 from airflow_provider_etl_craft.runs.queries import (
     _CURRENT_OR_LATEST_RUN,
@@ -200,3 +201,26 @@ def test_the_finish_reads_its_run_by_key_through_the_run_key_index(
         assert not any("seq scan on aud_pipelines_run_log" in s.lower() for s in steps), text
     else:
         assert not [s for s in steps if s.startswith("SCAN") and s.split()[1] == "r"], text
+
+
+@pytest.mark.parametrize("statistics", [True, False], ids=["analysed", "never-analysed"])
+def test_the_claim_reads_its_candidate_runs_through_two_index_probes(
+    engine: EngineSetup, statistics: bool
+) -> None:
+    """The claim's candidates (the keyed run, and the pipeline's IN-PROGRESS run) come through the run-key
+    index and an index on the status, never by reading every run of the pipeline."""
+    hook = engine.hook()
+    with closing(hook.engine.connect()) as conn:
+        ((pipeline_id,),) = hook.engine.query(
+            conn, "SELECT MIN(PIPELINE_ID) FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'P01'"
+        )
+        if not statistics and engine.dialect == "sqlite":
+            hook.engine.execute(conn, "DROP TABLE sqlite_stat1")
+    steps = plan(engine, _CANDIDATES, (pipeline_id, "k1", pipeline_id))
+    text = "\n".join(steps)
+    assert "ux_aud_pipelines_run_log_run_key" in text.lower(), text
+    if engine.dialect == "postgresql":
+        assert not any("seq scan on aud_pipelines_run_log" in s.lower() for s in steps), text
+    else:
+        assert not [s for s in steps if s.startswith("SCAN")], text
+        assert not any(INDEX in s for s in steps), text  # not every run of the pipeline, newest first

@@ -68,7 +68,10 @@ def test_the_example_init_dag_prepares_a_fresh_engine_db(deployment: AirflowDepl
         results.append(value if isinstance(value, dict) else json.loads(value))
 
     first, second = results
-    assert first["created"] is True and first["applied"] == ["PROJECT 0001_example_pipeline.sql"], first
+    assert first["created"] is True and first["applied"] == [
+        "PROJECT 0001_example_pipeline.sql",
+        "PROJECT 0002_notify_failure_dependencies.sql",
+    ], first
     assert second == {"created": False, "version": first["version"], "applied": []}
     ok, message = engine.setup.hook().test_connection()
     assert ok and message.endswith("the Engine tables exist"), message

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -251,3 +252,20 @@ def test_the_hook_names_a_postgres_engine_db_by_its_first_server_without_credent
     assert "etl_user" not in repr(info) and "s3cret" not in repr(info)
     assert hook.get_openlineage_database_dialect(None) == "postgres"
     assert hook.get_openlineage_default_schema() == "etl_craft"
+
+
+@lineage_required
+def test_the_example_event_of_the_docs_page_validates() -> None:
+    """docs/lineage.md's example: its facet is valid, and names only fields the facet has."""
+    import attrs
+
+    from airflow_provider_etl_craft.lineage.facets import PRODUCER, SCHEMA_URL, EtlCraftRunFacet
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "lineage.md").read_text()
+    [example] = re.findall(r"```json\n(.*?)```", page, re.S)
+    event = json.loads(example)
+    facet_validator()(event["run"]["facets"])
+    facet = event["run"]["facets"]["etl_craft_run"]
+    assert (facet["_producer"], facet["_schemaURL"]) == (PRODUCER, SCHEMA_URL)
+    fields = {f.name for f in attrs.fields(EtlCraftRunFacet)} - {"_producer", "_schemaURL"}
+    assert set(facet) - {"_producer", "_schemaURL"} <= fields

@@ -29,6 +29,7 @@ lineage_required = pytest.mark.skipif(
 #: What the facet schema's ``$ref`` to the OpenLineage spec needs of it, kept here so the check runs offline:
 #: the spec's RunFacet is a BaseFacet, whose ``_producer`` and ``_schemaURL`` are required URIs.
 OPENLINEAGE_SPEC = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://openlineage.io/spec/2-0-2/OpenLineage.json",
     "$defs": {
         "BaseFacet": {

@@ -133,20 +133,34 @@ def _task_lineage(operator: Any, when: str) -> OperatorLineage:
 
 
 def _output(outlet: Any, rows: int | None) -> OutputDataset | None:
-    """An ``outlets`` Asset as an output dataset (namespace ``scheme://authority``, name its path) carrying
-    the rows the attempt wrote (OpenLineage's output-statistics facet)."""
+    """An ``outlets`` Asset as an output dataset carrying the rows the attempt wrote (OpenLineage's
+    output-statistics facet). Named as Airflow's integration names the Asset (its providers' converters:
+    ``postgres://host:port/db/schema/table`` becomes ``db.schema.table``), else ``scheme://authority`` and
+    the path."""
     uri = getattr(outlet, "uri", None)
     if not isinstance(uri, str) or not uri:
         return None
-    parsed = urlparse(uri)
-    namespace = f"{parsed.scheme}://{parsed.netloc}" if parsed.scheme else "default"
-    name = parsed.path.lstrip("/") or parsed.netloc or uri
-    facets: dict[str, Any] = {}
+    namespace, name, facets = _dataset_name(outlet, uri)
+    statistics: dict[str, Any] = {}
     if rows is not None:
-        facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+        statistics["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
             rowCount=rows
         )
-    return OutputDataset(namespace=namespace, name=name, outputFacets=facets)
+    return OutputDataset(namespace=namespace, name=name, facets=facets, outputFacets=statistics)
+
+
+def _dataset_name(outlet: Any, uri: str) -> tuple[str, str, dict[str, Any]]:
+    try:
+        from airflow.providers.openlineage.extractors.manager import ExtractorManager
+
+        found = ExtractorManager.convert_to_ol_dataset(outlet)
+    except Exception:  # noqa: BLE001 - an integration without the converter: name it from the URI
+        found = None
+    if found is not None:
+        return found.namespace, found.name, dict(found.facets or {})
+    parsed = urlparse(uri)
+    namespace = f"{parsed.scheme}://{parsed.netloc}" if parsed.scheme else "default"
+    return namespace, parsed.path.lstrip("/") or parsed.netloc or uri, {}
 
 
 #: The finish's task totals: task runs of the run by status, and their attempts. One read on the run's task

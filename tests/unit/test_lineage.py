@@ -40,12 +40,18 @@ PROVIDER_MODULES = (
 )
 OPENLINEAGE_MODULES = ("openlineage", "airflow.providers.openlineage")
 
+# Airflow itself reads every installed provider's info (its configuration defaults) when it loads: those
+# modules are Airflow's. What counts is what importing the provider's modules adds to them.
 IMPORTS_PROBE = """
 import importlib, json, sys
+def lineage_modules():
+    return {m for m in sys.modules if m.split(".")[0] == "openlineage" or m.startswith("airflow.providers.openlineage")}
+for name in ("airflow.sdk", "airflow.providers.common.sql.hooks.sql", "airflow.providers.standard.operators.python"):
+    importlib.import_module(name)
+before = lineage_modules()
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
-print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "openlineage"
-                        or m.startswith("airflow.providers.openlineage"))))
+print(json.dumps(sorted(lineage_modules() - before)))
 """
 
 # Import hooks that make OpenLineage missing, as in an environment without the integration.
@@ -53,9 +59,11 @@ ABSENT_PROBE = """
 import importlib.abc, json, sys
 
 class NoOpenLineage(importlib.abc.MetaPathFinder):
+    # The integration's modules (Airflow itself reads the installed provider's info: that one stays).
     def find_spec(self, name, path=None, target=None):
-        if name == "openlineage" or name.startswith(("openlineage.", "airflow.providers.openlineage")):
-            raise ModuleNotFoundError(f"No module named {name!r}")
+        if name == "openlineage" or name.startswith(("openlineage.", "airflow.providers.openlineage.")):
+            if name != "airflow.providers.openlineage.get_provider_info":
+                raise ModuleNotFoundError(f"No module named {name!r}")
         return None
 
 sys.meta_path.insert(0, NoOpenLineage())
@@ -127,7 +135,7 @@ def test_a_task_facet_carries_the_attempt_it_recorded() -> None:
         task_id="load",
         pipeline_code="P",
         python_callable=lambda: 1,
-        outlets=[_asset("postgres://wh:5432/db.s.orders")],
+        outlets=[_asset("postgres://wh:5432/sales/public/orders")],
     )
     op._etl_craft_run_key = "airflow:d:r"
     op._etl_craft_ended = Ended(engine_db=SQLITE_DB, pipeline_run_id=7, task_run_id=11, attempt_number=2,
@@ -152,7 +160,7 @@ def test_a_task_facet_carries_the_attempt_it_recorded() -> None:
         "counts": {"sourceCount": 5, "insertCount": 4, "updateCount": 1, "rowsWritten": 5},
     }
     [output] = lineage.outputs
-    assert (output.namespace, output.name) == ("postgres://wh:5432", "db.s.orders")
+    assert (output.namespace, output.name) == ("postgres://wh:5432", "sales.public.orders")
     assert output.outputFacets["outputStatistics"].rowCount == 5
 
 
@@ -242,7 +250,7 @@ def test_the_hook_names_a_postgres_engine_db_by_its_first_server_without_credent
     monkeypatch.setenv("LINEAGE_SECRET", "s3cret")
     path = write_config(
         tmp_path,
-        "Engine:\n  test:\n    jdbc_url: jdbc:postgresql://db1.internal:5433,db2.internal:5432/engine\n"
+        "Engine:\n  test:\n    jdbc_url: jdbc:postgresql://db1.internal:5433,db2.internal:5432/engine?targetServerType=primary\n"
         "    schema: etl_craft\n    user: etl_user\n    auth_mode: password\n    secret: LINEAGE_SECRET\n",
     )
     hook = EngineDBHook.from_config(path)

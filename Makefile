@@ -4,6 +4,7 @@
 #   make smoke AIRFLOW=3.1    the smoke set CI runs on each non-default line
 #   make check-constraints    Python 3.12 sets resolve; the provider installs into every managed image set
 #   make docs                 the docs site (docs/, mkdocs.yml), strict: broken links and anchors fail
+#   make test-lineage         the OpenLineage tests, in a venv with the [openlineage] extra (newest line)
 #   make bench-compare BASE=ref   part 1 of the bench, a commit against this tree, interleaved (docs/benchmarks.md)
 PYTHON ?= python3
 AIRFLOW_LINES := 3.0 3.1 3.2 3.3
@@ -18,7 +19,7 @@ CONSTRAINTS := constraints/constraints-airflow-$(AIRFLOW)-py$(PYVER).txt
 VENV := $(if $(filter $(NEWEST),$(AIRFLOW)),.venv,.venv-airflow-$(AIRFLOW))
 BIN := $(VENV)/bin
 
-.PHONY: demo test smoke lint bench bench-compare docs check-constraints system-deps vendor-ui clean
+.PHONY: demo test test-lineage smoke lint bench bench-compare docs check-constraints system-deps vendor-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +60,19 @@ system-deps:
 
 smoke: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m smoke
+
+# OpenLineage is optional: the main venv (and `make test`) runs without it, which shows that nothing changes
+# without it; this tier installs the [openlineage] extra from the same pinned set into a venv of its own and runs
+# the lineage tests, which must not skip there (docs/lineage.md).
+LINEAGE_VENV := .venv-openlineage
+$(LINEAGE_VENV)/.installed: pyproject.toml constraints/constraints-airflow-$(NEWEST)-py$(PYVER).txt
+	$(PYTHON) -m venv $(LINEAGE_VENV)
+	$(LINEAGE_VENV)/bin/pip install -q --upgrade "pip>=24"
+	$(LINEAGE_VENV)/bin/pip install -q -c constraints/constraints-airflow-$(NEWEST)-py$(PYVER).txt -e '.[dev,openlineage]'
+	touch $@
+
+test-lineage: $(LINEAGE_VENV)/.installed system-deps
+	ETL_CRAFT_REQUIRE_OPENLINEAGE=1 $(LINEAGE_VENV)/bin/python -m pytest -q tests/unit/test_lineage.py tests/e2e/test_lineage.py
 
 # Bookkeeping cost, contention and Airflow overhead; prints a table, writes bench/results.json.
 # Extra options: make bench BENCH_ARGS="--quick" (see python -m bench --help).
@@ -101,4 +115,4 @@ vendor-ui:
 	$(PYTHON) tools/vendor_uplot.py fetch
 
 clean:
-	rm -rf .venv .venv-airflow-* .venv-docs .site .demo build dist *.egg-info
+	rm -rf .venv .venv-airflow-* .venv-docs .venv-openlineage .site .demo build dist *.egg-info

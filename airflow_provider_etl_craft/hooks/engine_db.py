@@ -20,7 +20,7 @@ from airflow_provider_etl_craft.engine.schema import (
     InitResult,
     init_db,
 )
-from airflow_provider_etl_craft.engine.url import PostgresTarget
+from airflow_provider_etl_craft.engine.url import PostgresTarget, host_port
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.runs.lifecycle import RUN_LOCK_TIMEOUT, RunLifecycle
 
@@ -140,6 +140,31 @@ class EngineDBHook(DbApiHook):
             user = f"{self.engine_profile.user}@" if self.engine_profile.user else ""
             return f"postgresql://{user}{target.servers()}/{target.database}"
         return f"sqlite:///{target.path}"
+
+    # -- OpenLineage: what common-sql's SQL operators ask of a hook for their lineage (docs/lineage.md) --------
+
+    def get_openlineage_database_info(self, connection: Any) -> Any:
+        """Where the Engine tables live, in OpenLineage's naming: ``postgres://{host}:{port}`` (the first server
+        of a multi-host URL) with the database, or ``sqlite://{path}`` for a SQLite file; never a credential.
+
+        Read from the Engine profile (the connection common-sql passes is the one the profile came from).
+        """
+        from airflow.providers.openlineage.sqlparser import DatabaseInfo
+
+        target = self.engine_profile.target
+        if isinstance(target, PostgresTarget):
+            return DatabaseInfo(
+                scheme="postgres", authority=host_port(target.host, target.port), database=target.database
+            )
+        return DatabaseInfo(scheme="sqlite", authority=str(target.path))
+
+    def get_openlineage_database_dialect(self, connection: Any) -> str:
+        """The SQL parser's dialect: ``postgres`` or ``sqlite``."""
+        return "postgres" if isinstance(self.engine_profile.target, PostgresTarget) else "sqlite"
+
+    def get_openlineage_default_schema(self) -> str | None:
+        """The Engine schema: unqualified names in SQL of your own resolve there first (see the class)."""
+        return self.engine_profile.schema
 
     def lock(
         self, name: str, timeout: float | None = None, conn: Connection | None = None

@@ -17,7 +17,9 @@ from airflow_provider_etl_craft._compat import (
     BaseSensorOperator,
     PokeReturnValue,
 )
+from airflow_provider_etl_craft.lineage.memo import Claimed, EngineDb, Finished
 from airflow_provider_etl_craft.operators import _airflow_view, _wait
+from airflow_provider_etl_craft.operators._lineage import LineageMixin
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators._renamed import renamed
 from airflow_provider_etl_craft.operators._topology import require_same_machine
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
 #: and Airflow can fail a sensor that is up for reschedule on a late executor event (apache/airflow#71172).
 DEFAULT_CLAIM_MIN_RETRIES = 3
 DEFAULT_CLAIM_RETRY_DELAY = timedelta(seconds=10)
+#: Claim actions that leave this DAG run's run IN-PROGRESS.
+_GOT_RUN = (ClaimAction.CREATED, ClaimAction.RESUMED, ClaimAction.REOPENED)
 
 
 def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str | None = None) -> Asset:
@@ -49,7 +53,7 @@ def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str | None = None) -> 
     return Asset(f"etl-craft://{conn_id}/{check_code('pipeline_code', pipeline_code)}")
 
 
-class _PipelineOperatorMixin:
+class _PipelineOperatorMixin(LineageMixin):
     operator_extra_links: ClassVar[Collection[BaseOperatorLink]] = (EngineRunLink(),)
     pipeline_code: str
     etl_craft_conn_id: str
@@ -157,6 +161,8 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         #: The deadline a deferred wait carried back, and when this claim first looked (for its claim wait).
         self._carried_deadline: str | None = None
         self._first_look: datetime | None = None
+        #: The run this claim got or skipped: its OpenLineage facet reads it (docs/lineage.md).
+        self._etl_craft_claimed: Claimed | None = None
 
     def execute(self, context: Any) -> Any:
         if self.deferrable:
@@ -248,6 +254,18 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
                 self._looked(outcome.action)
+                if outcome.action in (*_GOT_RUN, ClaimAction.SKIPPED):
+                    self._etl_craft_claimed = Claimed(
+                        engine_db=EngineDb.of(lifecycle.engine),
+                        action=str(outcome.action),
+                        pipeline_run_id=outcome.pipeline_run_id,
+                        run_key=identity.run_key,
+                        status=str(
+                            RunStatus.SKIPPED
+                            if outcome.action == ClaimAction.SKIPPED
+                            else RunStatus.IN_PROGRESS
+                        ),
+                    )
                 if outcome.action == ClaimAction.SKIPPED:
                     self.log.info(
                         "etl-craft: run %s of pipeline %s recorded SKIPPED: %s",
@@ -365,6 +383,8 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         self._engine_db(
             etl_craft_conn_id, (etl_craft_profile, profile), (etl_craft_lock_timeout, lock_timeout)
         )
+        #: The run this finish ended: its OpenLineage facet reads it (docs/lineage.md).
+        self._etl_craft_finished: Finished | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         identity = RunIdentity.from_context(context)
@@ -385,6 +405,13 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         with airflow_outcome(), self._hook().lifecycle(self.etl_craft_lock_timeout) as lifecycle:
             outcome = lifecycle.finish_run(
                 self.pipeline_code, identity, states, map_states, not_deciding=lenient
+            )
+            self._etl_craft_finished = Finished(
+                engine=lifecycle.engine,
+                pipeline_run_id=outcome.pipeline_run_id,
+                run_key=identity.run_key,
+                status=str(outcome.status),
+                sla_status=None if outcome.sla_status is None else str(outcome.sla_status),
             )
             duration = outcome.duration
             if duration is None and not outcome.already_ended and metrics.enabled():

@@ -25,13 +25,15 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow_provider_etl_craft import _compat, metrics
 from airflow_provider_etl_craft._compat import AirflowSkipException, BaseOperator
 from airflow_provider_etl_craft.errors import EtlCraftError
+from airflow_provider_etl_craft.lineage.memo import Ended, EngineDb
 from airflow_provider_etl_craft.operators import _airflow_view, _wait
+from airflow_provider_etl_craft.operators._lineage import LineageMixin
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.records import AttemptHandle
-from airflow_provider_etl_craft.runs.vocabulary import AttemptEnd
+from airflow_provider_etl_craft.runs.vocabulary import ATTEMPT_ENDS, AttemptEnd
 from airflow_provider_etl_craft.settings import setting
 
 OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
@@ -50,7 +52,7 @@ else:
     _MixinBase = object
 
 
-class RecordedTaskMixin(_MixinBase):
+class RecordedTaskMixin(LineageMixin, _MixinBase):
     """Adds Engine DB recording to an operator's ``execute`` and ``on_kill``. Put it first in the bases.
 
     :param pipeline_code: the pipeline this task belongs to (inherited inside ``etl_craft_pipeline``).
@@ -73,6 +75,8 @@ class RecordedTaskMixin(_MixinBase):
     Before the work runs, the task's dependencies and run condition are judged (docs/gates.md): unsatisfied
     → the task run is recorded SKIPPED and the task skips; an upstream still IN-PROGRESS, or a paused
     pipeline → the task reschedules itself.
+
+    Airflow's OpenLineage integration, where installed, reports each try with what it recorded (docs/lineage.md).
     """
 
     #: Marks tasks the claim and finish operators count as the pipeline's tasks.
@@ -123,6 +127,9 @@ class RecordedTaskMixin(_MixinBase):
         self._etl_craft_attempt: AttemptHandle | None = None
         self._etl_craft_killed = False
         self._etl_craft_engine: EngineDialect | None = None
+        #: What this try recorded, and in which DAG run: its OpenLineage facet (docs/lineage.md) reads them.
+        self._etl_craft_ended: Ended | None = None
+        self._etl_craft_run_key: str | None = None
 
     def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
         """The run lifecycle on the process's Engine DB connection (the profile read once per try, as the
@@ -183,6 +190,7 @@ class RecordedTaskMixin(_MixinBase):
                 "if its task_id is not the code) or create it inside etl_craft_pipeline(...)"
             )
         identity = RunIdentity.from_context(context)
+        self._etl_craft_ended, self._etl_craft_run_key = None, identity.run_key
         if identity.temporary:
             self.log.info(
                 "etl-craft: %s runs unrecorded: %s is a temporary DAG run (airflow tasks test), which "
@@ -369,6 +377,7 @@ class RecordedTaskMixin(_MixinBase):
             map_count = None if handle.map_index is None or context is None else _map_count(context)
             with self._etl_craft_lifecycle() as lifecycle:
                 lifecycle.finish_task(handle, status, counts, error, map_count=map_count)
+            self._etl_craft_ended = _ended(lifecycle.engine, handle, status, counts)
             metrics.attempt(self.pipeline_code or "", self.task_code or "", status)
         except EtlCraftError as exc:
             if not quiet:
@@ -388,6 +397,23 @@ class RecordedTaskMixin(_MixinBase):
                 quiet=True,
             )
         super().on_kill()
+
+
+def _ended(
+    engine: EngineDialect, handle: AttemptHandle, status: AttemptEnd, counts: TaskCounts | None
+) -> Ended:
+    """The attempt's end as written: its status, its task run's (unmapped), its counts."""
+    attempt_status, run_status = ATTEMPT_ENDS[AttemptEnd(status)]
+    return Ended(
+        engine_db=EngineDb.of(engine),
+        pipeline_run_id=handle.pipeline_run_id,
+        task_run_id=handle.task_run_id,
+        attempt_number=handle.attempt_number,
+        map_index=handle.map_index,
+        attempt_status=str(attempt_status),
+        task_run_status=None if handle.map_index is not None else str(run_status),
+        counts=(counts or TaskCounts()).values(),
+    )
 
 
 def _seconds(value: timedelta | float) -> float:

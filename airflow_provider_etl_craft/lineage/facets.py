@@ -1,0 +1,234 @@
+"""The ``etl_craft_run`` run facet and the ``OperatorLineage`` each operator answers with (docs/lineage.md).
+
+Imported only by the operators' ``get_openlineage_facets_on_*`` methods, which Airflow's OpenLineage listener
+calls: this module imports the OpenLineage client and provider at its top.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlparse
+
+from airflow.providers.openlineage.extractors import OperatorLineage
+from attrs import define
+from openlineage.client.event_v2 import OutputDataset
+from openlineage.client.facet_v2 import RunFacet, output_statistics_output_dataset
+
+from airflow_provider_etl_craft import __version__
+from airflow_provider_etl_craft.lineage import FACET_NAME
+from airflow_provider_etl_craft.lineage.memo import Claimed, Ended, EngineDb, Finished
+
+log = logging.getLogger(__name__)
+
+#: The project's repository; the facet's ``_producer`` and ``_schemaURL`` name it (OpenLineage custom-facet rules).
+REPOSITORY = "https://github.com/etl-craft/airflow-provider-etl-craft"
+#: Who produced the facet: this provider at this release.
+PRODUCER = f"{REPOSITORY}/tree/v{__version__}"
+#: The facet's JSON schema: the file shipped beside this module, at its path in the repository's main branch
+#: (its ``$id``); a change to the facet is additive, as OpenLineage asks of a facet schema.
+SCHEMA_FILE = "EtlCraftRunFacet.json"
+SCHEMA_URL = (
+    f"https://raw.githubusercontent.com/{REPOSITORY.removeprefix('https://github.com/')}/main/"
+    f"airflow_provider_etl_craft/lineage/{SCHEMA_FILE}#/$defs/EtlCraftRunFacet"
+)
+#: ``TaskCounts`` field order -> the facet's count keys.
+COUNT_KEYS = ("sourceCount", "targetCount", "insertCount", "updateCount", "deleteCount", "rowsWritten")
+
+
+@define
+class EtlCraftRunFacet(RunFacet):
+    """What the Engine DB recorded for this Airflow task try (the schema: ``EtlCraftRunFacet.json``).
+
+    ``operation`` says which step: ``claim`` (the pipeline run), ``task`` (a recorded task's attempt) or
+    ``finish`` (the pipeline run's end, with its task totals). ``status`` is the STATUS of the row the event
+    is about: ``AUD_PIPELINES_RUN_LOG`` for a claim or a finish, ``AUD_TASK_ATTEMPTS`` for a task.
+    """
+
+    operation: str
+    pipelineCode: str
+    engineDb: dict[str, str] | None = None
+    pipelineRunId: int | None = None
+    runKey: str | None = None
+    taskCode: str | None = None
+    taskRunId: int | None = None
+    attemptNumber: int | None = None
+    mapIndex: int | None = None
+    status: str | None = None
+    taskRunStatus: str | None = None
+    slaStatus: str | None = None
+    counts: dict[str, int] | None = None
+    tasks: dict[str, int] | None = None
+
+    _additional_skip_redact = ["operation", "pipelineCode", "runKey", "taskCode", "status", "taskRunStatus"]
+
+    @staticmethod
+    def _get_schema() -> str:
+        return SCHEMA_URL
+
+
+def _facet(**fields: Any) -> EtlCraftRunFacet:
+    """The facet, produced by this provider (``_producer``; its ``_schemaURL`` is :data:`SCHEMA_URL`)."""
+    return EtlCraftRunFacet(**{"producer": PRODUCER, **fields})
+
+
+def operator_lineage(operator: Any, when: str, task_instance: Any) -> OperatorLineage:
+    """The lineage of ``operator``'s try: its ``etl_craft_run`` facet, plus what the wrapped operator reports.
+
+    :param when: ``start``, ``complete`` or ``failure`` (the listener's call).
+    """
+    own: OperatorLineage
+    if getattr(operator, "etl_craft_claims_pipeline", False):
+        own = OperatorLineage(run_facets={FACET_NAME: _claim_facet(operator)})
+    elif getattr(operator, "etl_craft_records_task", False):
+        own = _task_lineage(operator, when)
+    else:
+        own = OperatorLineage(run_facets={FACET_NAME: _finish_facet(operator)})
+    wrapped = _wrapped_lineage(operator, when, task_instance)
+    return own if wrapped is None else own.merge(wrapped)
+
+
+def _engine_db(memo: EngineDb) -> dict[str, str]:
+    return {"dialect": memo.dialect, "schema": memo.schema}
+
+
+def _claim_facet(operator: Any) -> EtlCraftRunFacet:
+    claimed: Claimed | None = getattr(operator, "_etl_craft_claimed", None)
+    if claimed is None:  # the start event: nothing claimed yet
+        return _facet(operation="claim", pipelineCode=operator.pipeline_code)
+    return _facet(
+        operation="claim",
+        pipelineCode=operator.pipeline_code,
+        engineDb=_engine_db(claimed.engine_db),
+        pipelineRunId=claimed.pipeline_run_id,
+        runKey=claimed.run_key,
+        status=claimed.status,
+    )
+
+
+def _task_lineage(operator: Any, when: str) -> OperatorLineage:
+    ended: Ended | None = None if when == "start" else getattr(operator, "_etl_craft_ended", None)
+    code = operator.task_code
+    if ended is None:  # the start event, or a try that opened no attempt (a gate skip, an unrecorded run)
+        facet = _facet(operation="task", pipelineCode=operator.pipeline_code or "", taskCode=code)
+        return OperatorLineage(run_facets={FACET_NAME: facet})
+    counts = {key: value for key, value in zip(COUNT_KEYS, ended.counts, strict=True) if value is not None}
+    facet = _facet(
+        operation="task",
+        pipelineCode=operator.pipeline_code or "",
+        engineDb=_engine_db(ended.engine_db),
+        pipelineRunId=ended.pipeline_run_id,
+        runKey=getattr(operator, "_etl_craft_run_key", None),
+        taskCode=code,
+        taskRunId=ended.task_run_id,
+        attemptNumber=ended.attempt_number,
+        mapIndex=ended.map_index,
+        status=ended.attempt_status,
+        taskRunStatus=ended.task_run_status,
+        counts=counts or None,
+    )
+    rows = counts.get("rowsWritten")
+    outputs = [_output(outlet, rows) for outlet in getattr(operator, "outlets", None) or ()]
+    return OperatorLineage(outputs=[o for o in outputs if o is not None], run_facets={FACET_NAME: facet})
+
+
+def _output(outlet: Any, rows: int | None) -> OutputDataset | None:
+    """An ``outlets`` Asset as an output dataset carrying the rows the attempt wrote (OpenLineage's
+    output-statistics facet). Named as Airflow's integration names the Asset (its providers' converters:
+    ``postgres://host:port/db/schema/table`` becomes ``db.schema.table``), else ``scheme://authority`` and
+    the path."""
+    uri = getattr(outlet, "uri", None)
+    if not isinstance(uri, str) or not uri:
+        return None
+    namespace, name, facets = _dataset_name(outlet, uri)
+    statistics: dict[str, Any] = {}
+    if rows is not None:
+        statistics["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+            rowCount=rows
+        )
+    return OutputDataset(namespace=namespace, name=name, facets=facets, outputFacets=statistics)
+
+
+def _dataset_name(outlet: Any, uri: str) -> tuple[str, str, dict[str, Any]]:
+    try:
+        from airflow.providers.openlineage.extractors.manager import ExtractorManager
+
+        found = ExtractorManager.convert_to_ol_dataset(outlet)
+    except Exception:  # noqa: BLE001 - an integration without the converter: name it from the URI
+        found = None
+    if found is not None:
+        return found.namespace, found.name, dict(found.facets or {})
+    parsed = urlparse(uri)
+    namespace = f"{parsed.scheme}://{parsed.netloc}" if parsed.scheme else "default"
+    return namespace, parsed.path.lstrip("/") or parsed.netloc or uri, {}
+
+
+#: The finish's task totals: task runs of the run by status, and their attempts. One read on the run's task
+#: runs (IX_AUD_TASK_RUN_LOG_PIPELINE_RUN) and their attempts (UQ_AUD_TASK_ATTEMPTS_NUMBER); parameter: run id.
+TOTALS_SQL = (
+    "SELECT tr.STATUS, COUNT(DISTINCT tr.TASK_RUN_ID), COUNT(a.ATTEMPT_ID) FROM AUD_TASK_RUN_LOG tr "
+    "LEFT JOIN AUD_TASK_ATTEMPTS a ON a.TASK_RUN_ID = tr.TASK_RUN_ID WHERE tr.PIPELINE_RUN_ID = ? "
+    "GROUP BY tr.STATUS"
+)
+#: Task-run statuses -> the totals' keys.
+TOTAL_KEYS = {"SUCCESS": "succeeded", "FAILED": "failed", "SKIPPED": "skipped", "CANCELLED": "cancelled"}
+
+
+def run_totals(engine: Any, pipeline_run_id: int) -> dict[str, int] | None:
+    """The run's task totals (succeeded, failed, skipped, cancelled task runs; attempts), read on a connection
+    of its own (never the process's lent one: the listener may call from a fork); None when it cannot."""
+    from contextlib import closing
+
+    try:
+        with closing(engine.connect()) as conn:
+            rows = engine.query(conn, TOTALS_SQL, (pipeline_run_id,))
+    except Exception as exc:  # noqa: BLE001 - a facet never fails the task; the event goes out without totals
+        log.warning("etl-craft: no task totals for run %s in its OpenLineage facet: %s", pipeline_run_id, exc)
+        return None
+    totals = dict.fromkeys(("succeeded", "failed", "skipped", "cancelled", "attempts"), 0)
+    for status, task_runs, attempts in rows:
+        key = TOTAL_KEYS.get(status)
+        if key is not None:
+            totals[key] += int(task_runs)
+        totals["attempts"] += int(attempts)
+    return totals
+
+
+def _finish_facet(operator: Any) -> EtlCraftRunFacet:
+    finished: Finished | None = getattr(operator, "_etl_craft_finished", None)
+    if finished is None:  # the start event, or a finish that could not end the run
+        return _facet(operation="finish", pipelineCode=operator.pipeline_code)
+    return _facet(
+        operation="finish",
+        pipelineCode=operator.pipeline_code,
+        engineDb=_engine_db(EngineDb.of(finished.engine)),
+        pipelineRunId=finished.pipeline_run_id,
+        runKey=finished.run_key,
+        status=finished.status,
+        slaStatus=finished.sla_status,
+        tasks=run_totals(finished.engine, finished.pipeline_run_id),
+    )
+
+
+def _wrapped_lineage(operator: Any, when: str, task_instance: Any) -> OperatorLineage | None:
+    """What the operator a recorded task wraps reports itself (``recorded(SQLExecuteQueryOperator)``'s SQL
+    lineage, say): the same method further along the class's MRO, past the provider's lineage mixin."""
+    from airflow_provider_etl_craft.operators._lineage import LineageMixin
+
+    name = f"get_openlineage_facets_on_{when}"
+    method = getattr(super(LineageMixin, operator), name, None)
+    if not callable(method):
+        return None
+    try:
+        found = method() if when == "start" else method(task_instance)
+    except Exception as exc:  # noqa: BLE001 - as the listener's own extractor does: the event goes out without it
+        log.warning("etl-craft: %s of %s failed: %s", name, type(operator).__name__, exc)
+        return None
+    if found is None:
+        return None
+    return OperatorLineage(
+        inputs=list(found.inputs or []),
+        outputs=list(found.outputs or []),
+        run_facets=dict(found.run_facets or {}),
+        job_facets=dict(found.job_facets or {}),
+    )

@@ -1,0 +1,279 @@
+"""The operators' OpenLineage facets and the hook's OpenLineage answers, without running a DAG (docs/lineage.md).
+
+OpenLineage is optional: no module of the provider imports it at DAG parse or without the integration (checked
+in fresh interpreters), and without it the operators' lineage methods answer None.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.lineage.memo import Claimed, Ended, EngineDb, Finished
+from airflow_provider_etl_craft.operators.pipeline_run import (
+    ClaimPipelineRunOperator,
+    FinishPipelineRunOperator,
+)
+from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator, recorded
+from harness.engines import write_config
+from tests.lineage_support import facet_schema, facet_validator, lineage_required
+
+#: The provider's modules a DAG file or a task process may import.
+PROVIDER_MODULES = (
+    "airflow_provider_etl_craft.operators.pipeline_run",
+    "airflow_provider_etl_craft.operators.task_run",
+    "airflow_provider_etl_craft.operators.init_db",
+    "airflow_provider_etl_craft.operators.purge",
+    "airflow_provider_etl_craft.decorators",
+    "airflow_provider_etl_craft.task_groups",
+    "airflow_provider_etl_craft.hooks.engine_db",
+    "airflow_provider_etl_craft.lineage",
+    "airflow_provider_etl_craft.lineage.memo",
+)
+OPENLINEAGE_MODULES = ("openlineage", "airflow.providers.openlineage")
+
+# Airflow itself reads every installed provider's info (its configuration defaults) when it loads: those
+# modules are Airflow's. What counts is what importing the provider's modules adds to them.
+IMPORTS_PROBE = """
+import importlib, json, sys
+def lineage_modules():
+    return {m for m in sys.modules if m.split(".")[0] == "openlineage" or m.startswith("airflow.providers.openlineage")}
+for name in ("airflow.sdk", "airflow.providers.common.sql.hooks.sql", "airflow.providers.standard.operators.python"):
+    importlib.import_module(name)
+before = lineage_modules()
+for name in json.loads(sys.argv[1]):
+    importlib.import_module(name)
+print(json.dumps(sorted(lineage_modules() - before)))
+"""
+
+# Import hooks that make OpenLineage missing, as in an environment without the integration.
+ABSENT_PROBE = """
+import importlib.abc, json, sys
+
+class NoOpenLineage(importlib.abc.MetaPathFinder):
+    # The integration's modules (Airflow itself reads the installed provider's info: that one stays).
+    def find_spec(self, name, path=None, target=None):
+        if name == "openlineage" or name.startswith(("openlineage.", "airflow.providers.openlineage.")):
+            if name != "airflow.providers.openlineage.get_provider_info":
+                raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, NoOpenLineage())
+from airflow_provider_etl_craft.operators.pipeline_run import ClaimPipelineRunOperator, FinishPipelineRunOperator
+from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator
+
+ops = [ClaimPipelineRunOperator(task_id="claim", pipeline_code="P"),
+       FinishPipelineRunOperator(task_id="finish", pipeline_code="P"),
+       EtlCraftPythonOperator(task_id="load", pipeline_code="P", python_callable=lambda: 1)]
+answers = []
+for op in ops:
+    answers += [op.get_openlineage_facets_on_start(), op.get_openlineage_facets_on_complete(None),
+                op.get_openlineage_facets_on_failure(None)]
+print(json.dumps(answers))
+"""
+
+
+def _probe(code: str, *args: str) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.smoke
+def test_no_module_of_the_provider_imports_openlineage() -> None:
+    assert json.loads(_probe(IMPORTS_PROBE, json.dumps(PROVIDER_MODULES))) == []
+
+
+@pytest.mark.smoke
+def test_without_openlineage_the_lineage_methods_answer_none() -> None:
+    assert json.loads(_probe(ABSENT_PROBE)) == [None] * 9
+
+
+# -- the facets (with the integration) --------------------------------------------------------------------
+
+SQLITE_DB = EngineDb(dialect="sqlite", schema="main")
+
+
+def run_facets(lineage: Any) -> dict[str, Any]:
+    from openlineage.client.serde import Serde
+
+    return {name: Serde.to_dict(value) for name, value in lineage.run_facets.items()}
+
+
+@lineage_required
+def test_the_shipped_schema_is_the_one_the_facet_names() -> None:
+    from airflow_provider_etl_craft.lineage.facets import PRODUCER, SCHEMA_URL
+
+    url, _, fragment = SCHEMA_URL.partition("#")
+    schema = facet_schema()
+    assert schema["$id"] == url
+    assert fragment == "/$defs/EtlCraftRunFacet" and "EtlCraftRunFacet" in schema["$defs"]
+    facet = run_facets(
+        ClaimPipelineRunOperator(task_id="c", pipeline_code="P").get_openlineage_facets_on_start()
+    )
+    assert facet["etl_craft_run"]["_schemaURL"] == SCHEMA_URL
+    assert facet["etl_craft_run"]["_producer"] == PRODUCER
+
+
+@lineage_required
+def test_a_task_facet_carries_the_attempt_it_recorded() -> None:
+    op = EtlCraftPythonOperator(
+        task_id="load",
+        pipeline_code="P",
+        python_callable=lambda: 1,
+        outlets=[_asset("postgres://wh:5432/sales/public/orders")],
+    )
+    op._etl_craft_run_key = "airflow:d:r"
+    op._etl_craft_ended = Ended(engine_db=SQLITE_DB, pipeline_run_id=7, task_run_id=11, attempt_number=2,
+                                map_index=None, attempt_status="SUCCESS", task_run_status="SUCCESS",
+                                counts=(5, None, 4, 1, None, 5))  # fmt: skip
+    assert op.get_openlineage_facets_on_start().outputs == []  # a start knows no attempt yet
+    lineage = op.get_openlineage_facets_on_complete(None)
+    facets = run_facets(lineage)
+    facet_validator()(facets)
+    got = {k: v for k, v in facets["etl_craft_run"].items() if not k.startswith("_")}
+    assert got == {
+        "operation": "task",
+        "pipelineCode": "P",
+        "taskCode": "LOAD",
+        "engineDb": {"dialect": "sqlite", "schema": "main"},
+        "pipelineRunId": 7,
+        "runKey": "airflow:d:r",
+        "taskRunId": 11,
+        "attemptNumber": 2,
+        "status": "SUCCESS",
+        "taskRunStatus": "SUCCESS",
+        "counts": {"sourceCount": 5, "insertCount": 4, "updateCount": 1, "rowsWritten": 5},
+    }
+    [output] = lineage.outputs
+    assert (output.namespace, output.name) == ("postgres://wh:5432", "sales.public.orders")
+    assert output.outputFacets["outputStatistics"].rowCount == 5
+
+
+@lineage_required
+def test_a_recorded_operator_keeps_the_lineage_of_the_operator_it_wraps() -> None:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.event_v2 import Dataset
+
+    from airflow_provider_etl_craft._compat import BaseOperator
+
+    class Reads(BaseOperator):
+        def execute(self, context: Any) -> None:
+            return None
+
+        def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+            return OperatorLineage(inputs=[Dataset(namespace="postgres://wh:5432", name="db.s.src")])
+
+    op = recorded(Reads)(task_id="copy", pipeline_code="P")
+    lineage = op.get_openlineage_facets_on_complete(None)
+    assert [d.name for d in lineage.inputs] == ["db.s.src"]
+    assert run_facets(lineage)["etl_craft_run"]["taskCode"] == "COPY"
+
+
+@lineage_required
+def test_claim_and_finish_facets() -> None:
+    claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="P")
+    claim._etl_craft_claimed = Claimed(engine_db=SQLITE_DB, action="CREATED", pipeline_run_id=3,
+                                       run_key="airflow:d:r", status="IN-PROGRESS")  # fmt: skip
+    facets = run_facets(claim.get_openlineage_facets_on_complete(None))
+    facet_validator()(facets)
+    assert (
+        facets["etl_craft_run"]["pipelineRunId"] == 3 and facets["etl_craft_run"]["status"] == "IN-PROGRESS"
+    )
+
+    class Unreachable:
+        profile = type("Profile", (), {"dialect_name": "postgresql", "schema": "etl"})()
+
+        def connect(self) -> None:
+            raise OSError("the Engine DB is down")
+
+    finish = FinishPipelineRunOperator(task_id="finish", pipeline_code="P")
+    finish._etl_craft_finished = Finished(engine=Unreachable(), pipeline_run_id=3, run_key="airflow:d:r",
+                                          status="FAILED", sla_status="BREACHED")  # fmt: skip
+    facets = run_facets(finish.get_openlineage_facets_on_failure(None))  # the totals' read fails: no totals
+    facet_validator()(facets)
+    got = {k: v for k, v in facets["etl_craft_run"].items() if not k.startswith("_")}
+    assert got == {"operation": "finish", "pipelineCode": "P", "engineDb": {"dialect": "postgresql", "schema": "etl"},
+                   "pipelineRunId": 3, "runKey": "airflow:d:r", "status": "FAILED", "slaStatus": "BREACHED"}  # fmt: skip
+
+
+@lineage_required
+def test_a_facet_that_cannot_be_built_never_fails_the_task() -> None:
+    op = EtlCraftPythonOperator(task_id="load", pipeline_code="P", python_callable=lambda: 1)
+    op._etl_craft_ended = "not an attempt"  # type: ignore[assignment]
+    assert op.get_openlineage_facets_on_complete(None) is None
+
+
+# -- the hook -----------------------------------------------------------------------------------------------
+
+
+def _asset(uri: str) -> Any:
+    from airflow_provider_etl_craft._compat import Asset
+
+    return Asset(uri)
+
+
+@lineage_required
+def test_the_hook_names_a_sqlite_engine_db_as_openlineage_does(tmp_path: Path) -> None:
+    from airflow.providers.openlineage.sqlparser import SQLParser
+
+    path = write_config(
+        tmp_path, "Engine:\n  test:\n    jdbc_url: jdbc:sqlite:engine/etl-craft.db\n    schema: main\n"
+    )
+    hook = EngineDBHook.from_config(path)
+    info = hook.get_openlineage_database_info(None)
+    assert SQLParser.create_namespace(info) == f"sqlite://{tmp_path / 'engine' / 'etl-craft.db'}"
+    assert hook.get_openlineage_database_dialect(None) == "sqlite"
+    assert hook.get_openlineage_default_schema() == "main"
+
+
+@lineage_required
+def test_the_hook_names_a_postgres_engine_db_by_its_first_server_without_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.providers.openlineage.sqlparser import SQLParser
+
+    monkeypatch.setenv("LINEAGE_SECRET", "s3cret")
+    path = write_config(
+        tmp_path,
+        "Engine:\n  test:\n    jdbc_url: jdbc:postgresql://db1.internal:5433,db2.internal:5432/engine?targetServerType=primary\n"
+        "    schema: etl_craft\n    user: etl_user\n    auth_mode: password\n    secret: LINEAGE_SECRET\n",
+    )
+    hook = EngineDBHook.from_config(path)
+    info = hook.get_openlineage_database_info(None)
+    assert SQLParser.create_namespace(info) == "postgres://db1.internal:5433"
+    assert info.database == "engine"
+    assert "etl_user" not in repr(info) and "s3cret" not in repr(info)
+    assert hook.get_openlineage_database_dialect(None) == "postgres"
+    assert hook.get_openlineage_default_schema() == "etl_craft"
+
+
+@lineage_required
+def test_the_example_event_of_the_docs_page_validates() -> None:
+    """docs/lineage.md's example: its facet is valid, and names only fields the facet has."""
+    import attrs
+
+    from airflow_provider_etl_craft.lineage.facets import PRODUCER, SCHEMA_URL, EtlCraftRunFacet
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "lineage.md").read_text()
+    [example] = re.findall(r"```json\n(.*?)```", page, re.S)
+    event = json.loads(example)
+    facet_validator()(event["run"]["facets"])
+    facet = event["run"]["facets"]["etl_craft_run"]
+    assert (facet["_producer"], facet["_schemaURL"]) == (PRODUCER, SCHEMA_URL)
+    fields = {f.name for f in attrs.fields(EtlCraftRunFacet)} - {"_producer", "_schemaURL"}
+    assert set(facet) - {"_producer", "_schemaURL"} <= fields

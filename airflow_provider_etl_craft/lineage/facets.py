@@ -18,6 +18,7 @@ from openlineage.client.facet_v2 import RunFacet, output_statistics_output_datas
 from airflow_provider_etl_craft import __version__
 from airflow_provider_etl_craft.lineage import FACET_NAME
 from airflow_provider_etl_craft.lineage.memo import Claimed, Ended, EngineDb, Finished
+from airflow_provider_etl_craft.runs.vocabulary import TaskRunStatus
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,12 @@ TOTALS_SQL = (
     "GROUP BY tr.STATUS"
 )
 #: Task-run statuses -> the totals' keys.
-TOTAL_KEYS = {"SUCCESS": "succeeded", "FAILED": "failed", "SKIPPED": "skipped", "CANCELLED": "cancelled"}
+TOTAL_KEYS = {
+    TaskRunStatus.SUCCESS: "succeeded",
+    TaskRunStatus.FAILED: "failed",
+    TaskRunStatus.SKIPPED: "skipped",
+    TaskRunStatus.CANCELLED: "cancelled",
+}
 
 
 def run_totals(engine: Any, pipeline_run_id: int) -> dict[str, int] | None:

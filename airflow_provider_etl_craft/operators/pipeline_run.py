@@ -230,7 +230,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
     def _looked(self, action: str) -> None:
         """Count this look's outcome; one that got the run also sends the claim's wait."""
         metrics.claim(self.pipeline_code, action)
-        if action in ("CREATED", "RESUMED", "REOPENED") and self._first_look is not None:
+        if action in _GOT_RUN and self._first_look is not None:
             waited = (datetime.now(UTC) - self._first_look).total_seconds()
             metrics.claim_wait(self.pipeline_code, action, waited)
 
@@ -254,18 +254,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
                 self._looked(outcome.action)
-                if outcome.action in (*_GOT_RUN, ClaimAction.SKIPPED):
-                    self._etl_craft_claimed = Claimed(
-                        engine_db=EngineDb.of(lifecycle.engine),
-                        action=str(outcome.action),
-                        pipeline_run_id=outcome.pipeline_run_id,
-                        run_key=identity.run_key,
-                        status=str(
-                            RunStatus.SKIPPED
-                            if outcome.action == ClaimAction.SKIPPED
-                            else RunStatus.IN_PROGRESS
-                        ),
-                    )
+                self._remember_claim(lifecycle, outcome, identity)
                 if outcome.action == ClaimAction.SKIPPED:
                     self.log.info(
                         "etl-craft: run %s of pipeline %s recorded SKIPPED: %s",
@@ -274,11 +263,11 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                         outcome.reason,
                     )
                     raise AirflowSkipException(f"pipeline {self.pipeline_code} skipped: {outcome.reason}")
-                if outcome.action == "WAITING":
+                if outcome.action == ClaimAction.WAITING:
                     self._waiting = outcome.reason
                     self.log.info("etl-craft: %s", outcome.reason)
                     return PokeReturnValue(is_done=False)
-                if outcome.action != "BLOCKED":
+                if outcome.action != ClaimAction.BLOCKED:
                     self._blocking = self._waiting = None
                     self._warn_strict_trigger_rules(outcome.lenient_tasks)
                     self.log.info(
@@ -299,6 +288,19 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                     )
                     return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=False)
+
+    def _remember_claim(self, lifecycle: Any, outcome: Any, identity: RunIdentity) -> None:
+        """Keep what a claim that got or skipped its run recorded, for its lineage (docs/lineage.md)."""
+        if outcome.action not in (*_GOT_RUN, ClaimAction.SKIPPED):
+            return
+        skipped = outcome.action == ClaimAction.SKIPPED
+        self._etl_craft_claimed = Claimed(
+            engine_db=EngineDb.of(lifecycle.engine),
+            action=str(outcome.action),
+            pipeline_run_id=outcome.pipeline_run_id,
+            run_key=identity.run_key,
+            status=str(RunStatus.SKIPPED if skipped else RunStatus.IN_PROGRESS),
+        )
 
     def _warn_strict_trigger_rules(self, lenient: Sequence[str]) -> None:
         """Warn about gated tasks Airflow would never start when an upstream fails (trigger rule all_success)."""

@@ -16,7 +16,8 @@ from openlineage.client.event_v2 import OutputDataset
 from openlineage.client.facet_v2 import RunFacet, output_statistics_output_dataset
 
 from airflow_provider_etl_craft import __version__
-from airflow_provider_etl_craft.lineage import FACET_NAME
+from airflow_provider_etl_craft.lineage import FACET_NAME, engine_events
+from airflow_provider_etl_craft.lineage.engine_job import EngineRun, engine_run
 from airflow_provider_etl_craft.lineage.memo import Claimed, Ended, EngineDb, Finished
 from airflow_provider_etl_craft.runs.vocabulary import TaskRunStatus
 
@@ -44,6 +45,7 @@ class EtlCraftRunFacet(RunFacet):
     ``operation`` says which step: ``claim`` (the pipeline run), ``task`` (a recorded task's attempt) or
     ``finish`` (the pipeline run's end, with its task totals). ``status`` is the STATUS of the row the event
     is about: ``AUD_PIPELINES_RUN_LOG`` for a claim or a finish, ``AUD_TASK_ATTEMPTS`` for a task.
+    ``engineRun`` names the Engine run's own OpenLineage job and run (:mod:`.engine_job`).
     """
 
     operation: str
@@ -60,8 +62,17 @@ class EtlCraftRunFacet(RunFacet):
     slaStatus: str | None = None
     counts: dict[str, int] | None = None
     tasks: dict[str, int] | None = None
+    engineRun: dict[str, str] | None = None
 
-    _additional_skip_redact = ["operation", "pipelineCode", "runKey", "taskCode", "status", "taskRunStatus"]
+    _additional_skip_redact = [
+        "operation",
+        "pipelineCode",
+        "runKey",
+        "taskCode",
+        "status",
+        "taskRunStatus",
+        "engineRun",
+    ]
 
     @staticmethod
     def _get_schema() -> str:
@@ -80,11 +91,11 @@ def operator_lineage(operator: Any, when: str, task_instance: Any) -> OperatorLi
     """
     own: OperatorLineage
     if getattr(operator, "etl_craft_claims_pipeline", False):
-        own = OperatorLineage(run_facets={FACET_NAME: _claim_facet(operator)})
+        own = OperatorLineage(run_facets={FACET_NAME: _claim_facet(operator, when)})
     elif getattr(operator, "etl_craft_records_task", False):
         own = _task_lineage(operator, when)
     else:
-        own = OperatorLineage(run_facets={FACET_NAME: _finish_facet(operator)})
+        own = OperatorLineage(run_facets={FACET_NAME: _finish_facet(operator, when)})
     wrapped = _wrapped_lineage(operator, when, task_instance)
     return own if wrapped is None else own.merge(wrapped)
 
@@ -93,18 +104,28 @@ def _engine_db(memo: EngineDb) -> dict[str, str]:
     return {"dialect": memo.dialect, "schema": memo.schema}
 
 
-def _claim_facet(operator: Any) -> EtlCraftRunFacet:
+def _engine_run(run: EngineRun | None) -> dict[str, str] | None:
+    return None if run is None else run.as_facet()
+
+
+def _claim_facet(operator: Any, when: str) -> EtlCraftRunFacet:
+    """The claim's facet; once the claim got (or skipped) its run, the Engine run's START goes out too."""
     claimed: Claimed | None = getattr(operator, "_etl_craft_claimed", None)
-    if claimed is None:  # the start event: nothing claimed yet
+    if claimed is None or when == "start":  # the start event: nothing claimed yet
         return _facet(operation="claim", pipelineCode=operator.pipeline_code)
-    return _facet(
+    run = engine_run(claimed.engine_db, operator.pipeline_code, claimed.pipeline_run_id)
+    facet = _facet(
         operation="claim",
         pipelineCode=operator.pipeline_code,
         engineDb=_engine_db(claimed.engine_db),
         pipelineRunId=claimed.pipeline_run_id,
         runKey=claimed.run_key,
         status=claimed.status,
+        engineRun=_engine_run(run),
     )
+    if run is not None:
+        engine_events.run_started(run, facet, claimed.dag_run, claimed.status)
+    return facet
 
 
 def _task_lineage(operator: Any, when: str) -> OperatorLineage:
@@ -127,6 +148,9 @@ def _task_lineage(operator: Any, when: str) -> OperatorLineage:
         status=ended.attempt_status,
         taskRunStatus=ended.task_run_status,
         counts=counts or None,
+        engineRun=_engine_run(
+            engine_run(ended.engine_db, operator.pipeline_code or "", ended.pipeline_run_id)
+        ),
     )
     rows = counts.get("rowsWritten")
     outputs = [_output(outlet, rows) for outlet in getattr(operator, "outlets", None) or ()]
@@ -200,20 +224,27 @@ def run_totals(engine: Any, pipeline_run_id: int) -> dict[str, int] | None:
     return totals
 
 
-def _finish_facet(operator: Any) -> EtlCraftRunFacet:
+def _finish_facet(operator: Any, when: str) -> EtlCraftRunFacet:
+    """The finish's facet; once the finish ended its run, the Engine run's end event goes out too."""
     finished: Finished | None = getattr(operator, "_etl_craft_finished", None)
-    if finished is None:  # the start event, or a finish that could not end the run
+    if finished is None or when == "start":  # the start event, or a finish that could not end the run
         return _facet(operation="finish", pipelineCode=operator.pipeline_code)
-    return _facet(
+    engine_db = EngineDb.of(finished.engine)
+    run = engine_run(engine_db, operator.pipeline_code, finished.pipeline_run_id)
+    facet = _facet(
         operation="finish",
         pipelineCode=operator.pipeline_code,
-        engineDb=_engine_db(EngineDb.of(finished.engine)),
+        engineDb=_engine_db(engine_db),
         pipelineRunId=finished.pipeline_run_id,
         runKey=finished.run_key,
         status=finished.status,
         slaStatus=finished.sla_status,
         tasks=run_totals(finished.engine, finished.pipeline_run_id),
+        engineRun=_engine_run(run),
     )
+    if run is not None:
+        engine_events.run_ended(run, facet, finished.dag_run, finished.status)
+    return facet
 
 
 def _wrapped_lineage(operator: Any, when: str, task_instance: Any) -> OperatorLineage | None:

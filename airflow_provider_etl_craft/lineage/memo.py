@@ -7,21 +7,71 @@ or a fork of it), so a facet costs no Engine query of its own except the finish'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from airflow_provider_etl_craft.engine.url import PostgresTarget, SqliteTarget, host_port
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngineDb:
-    """Which Engine DB, as a lineage consumer may see it: dialect and schema, never a host or credential."""
+    """Which Engine DB, as a lineage consumer may see it: dialect and schema (the facet's ``engineDb``), and
+    where it lives in OpenLineage's naming (the Engine job's namespace), never a user or a credential."""
 
     dialect: str
     schema: str
+    #: ``postgres://{host}:{port}`` (the first server) or ``sqlite://{path}``: as the hook names the Engine DB.
+    namespace: str | None = None
+    #: The PostgreSQL database (None for SQLite).
+    database: str | None = None
 
     @classmethod
     def of(cls, engine: Any) -> EngineDb:
         """From an ``EngineDialect`` (its resolved profile)."""
-        return cls(dialect=engine.profile.dialect_name, schema=engine.profile.schema)
+        profile = engine.profile
+        target = getattr(profile, "target", None)
+        if isinstance(target, PostgresTarget):
+            namespace = f"postgres://{host_port(target.host, target.port)}"
+            return cls(
+                dialect=profile.dialect_name,
+                schema=profile.schema,
+                namespace=namespace,
+                database=target.database,
+            )
+        if isinstance(target, SqliteTarget):
+            return cls(
+                dialect=profile.dialect_name, schema=profile.schema, namespace=f"sqlite://{target.path}"
+            )
+        return cls(dialect=profile.dialect_name, schema=profile.schema)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DagRunRef:
+    """The Airflow DAG run a claim or a finish ran in, as OpenLineage names it: the Engine run's parent."""
+
+    dag_id: str
+    #: The logical date, else the run_after (as Airflow's OpenLineage integration dates a DAG run).
+    run_date: datetime
+    clear_number: int
+    #: The DAG run's conf: an ``openlineage`` entry there names the root of the DAG run's own events.
+    conf: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, context: Mapping[str, Any]) -> DagRunRef | None:
+        """From an Airflow task context; None when it has no dated DAG run."""
+        dag_run = context.get("dag_run")
+        run_date = getattr(dag_run, "logical_date", None) or getattr(dag_run, "run_after", None)
+        if dag_run is None or not isinstance(run_date, datetime):
+            return None
+        conf = getattr(dag_run, "conf", None)
+        return cls(
+            dag_id=dag_run.dag_id,
+            run_date=run_date,
+            clear_number=int(getattr(dag_run, "clear_number", 0) or 0),
+            conf=conf if isinstance(conf, Mapping) else None,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +83,8 @@ class Claimed:
     pipeline_run_id: int | None
     run_key: str
     status: str
+    #: The DAG run that claimed: the parent of the Engine run's START event.
+    dag_run: DagRunRef | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,3 +112,5 @@ class Finished:
     run_key: str
     status: str
     sla_status: str | None
+    #: The DAG run that finished: the parent of the Engine run's end event.
+    dag_run: DagRunRef | None = None

@@ -17,7 +17,7 @@ from airflow_provider_etl_craft._compat import (
     BaseSensorOperator,
     PokeReturnValue,
 )
-from airflow_provider_etl_craft.lineage.memo import Claimed, EngineDb, Finished
+from airflow_provider_etl_craft.lineage.memo import Claimed, DagRunRef, EngineDb, Finished
 from airflow_provider_etl_craft.operators import _airflow_view, _wait
 from airflow_provider_etl_craft.operators._lineage import LineageMixin
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
@@ -254,7 +254,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
                 self._looked(outcome.action)
-                self._remember_claim(lifecycle, outcome, identity)
+                self._remember_claim(lifecycle, outcome, identity, dag_run=DagRunRef.of(context))
                 if outcome.action == ClaimAction.SKIPPED:
                     self.log.info(
                         "etl-craft: run %s of pipeline %s recorded SKIPPED: %s",
@@ -289,7 +289,9 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                     return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=False)
 
-    def _remember_claim(self, lifecycle: Any, outcome: Any, identity: RunIdentity) -> None:
+    def _remember_claim(
+        self, lifecycle: Any, outcome: Any, identity: RunIdentity, *, dag_run: DagRunRef | None
+    ) -> None:
         """Keep what a claim that got or skipped its run recorded, for its lineage (docs/lineage.md)."""
         if outcome.action not in (*_GOT_RUN, ClaimAction.SKIPPED):
             return
@@ -300,6 +302,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             pipeline_run_id=outcome.pipeline_run_id,
             run_key=identity.run_key,
             status=str(RunStatus.SKIPPED if skipped else RunStatus.IN_PROGRESS),
+            dag_run=dag_run,
         )
 
     def _warn_strict_trigger_rules(self, lenient: Sequence[str]) -> None:
@@ -414,6 +417,7 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
                 run_key=identity.run_key,
                 status=str(outcome.status),
                 sla_status=None if outcome.sla_status is None else str(outcome.sla_status),
+                dag_run=DagRunRef.of(context),
             )
             duration = outcome.duration
             if duration is None and not outcome.already_ended and metrics.enabled():

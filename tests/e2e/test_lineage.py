@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,7 @@ def test_events_carry_what_the_engine_recorded(lineage: Pipeline, request, tmp_p
         counts = dict(zip(keys, values, strict=True))
         expected.append({"operation": "task", "pipelineCode": "OL_PIPE", "taskCode": code, "engineDb": engine_db,
                          "pipelineRunId": run_id, "runKey": run_key, "taskRunId": task_run_id,
-                         "attemptNumber": number, "status": attempt_status,
+                         "attemptNumber": number, "status": attempt_status, "engineRun": engine_run_of(lineage, run_id),
                          **({} if map_index is None else {"mapIndex": map_index}),
                          **({"counts": c} if (c := {k: v for k, v in counts.items() if v is not None}) else {})})  # fmt: skip
     ended = [
@@ -203,3 +204,102 @@ def test_events_carry_what_the_engine_recorded(lineage: Pipeline, request, tmp_p
         name = f"{target.database}.{lineage.engine.hook().engine_profile.schema}.AUD_PIPELINES_RUN_LOG"
     assert [(d["namespace"], d["name"]) for d in sql["inputs"]] == [(namespace, name)]
     assert "etl_craft_run" not in sql["run"]["facets"]
+
+    # The Engine run: a job of the Engine DB's own, started by the claim and ended by the finish; its
+    # parent and root are the DAG run; the claim's and the finish's own events name it.
+    dag_run = dag_run_of(events, dag_id)
+    assert engine_events(events, lineage, run_id) == ["START", "COMPLETE"]
+    [start, end] = [e for e in events if e["job"]["namespace"] == namespace]
+    assert facet(start) == {**facet(start), "operation": "claim", "pipelineRunId": run_id}
+    assert facet(end) == {**facet(end), "operation": "finish", "status": "SUCCESS", "tasks": finish["tasks"]}
+    for event in (start, end):
+        assert_parent_and_root(event, dag_id, dag_run)
+    assert claim["engineRun"] == finish["engineRun"] == engine_run_of(lineage, run_id)
+
+    # Every task's event (Airflow's listener's own work): the DAG run, by its run id, is parent and root.
+    tasks = [
+        e for e in events if e["job"]["name"].startswith(f"{dag_id}.") and ".query." not in e["job"]["name"]
+    ]
+    assert {task_of(e) for e in tasks} >= {"ol_pipe.claim", "ol_pipe.prepare", "ol_pipe.finish", "own_sql"}
+    for event in tasks:
+        assert_parent_and_root(event, dag_id, dag_run)
+
+
+# -- the Engine run as a job of its own ------------------------------------------------------------------------
+
+
+def engine_run_of(pipeline: Pipeline, pipeline_run_id: int) -> dict[str, str]:
+    """The Engine run's job and run id, as docs/lineage.md derives them: the Engine DB's OpenLineage namespace,
+    the pipeline qualified as an Engine table is, a UUID v5 of ``{namespace}/{name}#{PIPELINE_RUN_ID}``."""
+    profile = pipeline.engine.hook().engine_profile
+    target = profile.target
+    if pipeline.engine.dialect == "sqlite":
+        namespace, name = f"sqlite://{target.path}", f"{profile.schema}.OL_PIPE"
+    else:
+        namespace, name = (
+            f"postgres://{target.host}:{target.port}",
+            f"{target.database}.{profile.schema}.OL_PIPE",
+        )
+    run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}#{pipeline_run_id}"))
+    return {"namespace": namespace, "name": name, "runId": run_id}
+
+
+def engine_events(events: list[dict[str, Any]], pipeline: Pipeline, pipeline_run_id: int) -> list[str]:
+    """The event types of the Engine run's events, checked to name its job and run, and to carry its facet."""
+    run = engine_run_of(pipeline, pipeline_run_id)
+    found = [e for e in events if e["job"]["namespace"] == run["namespace"]]
+    validate = facet_validator()
+    for event in found:
+        assert (event["job"]["name"], event["run"]["runId"]) == (run["name"], run["runId"])
+        assert event["job"]["facets"]["jobType"] == {**event["job"]["facets"]["jobType"], "jobType": "PIPELINE",
+                                                     "integration": "ETL_CRAFT", "processingType": "BATCH"}  # fmt: skip
+        validate(event["run"]["facets"])
+        assert facet(event)["pipelineRunId"] == pipeline_run_id and facet(event)["engineRun"] == run
+    return [e["eventType"] for e in found]
+
+
+def dag_run_of(events: list[dict[str, Any]], dag_id: str) -> str:
+    """The DAG run's OpenLineage run id: its own event's (the listener's, as the DAG run ends)."""
+    ids = {e["run"]["runId"] for e in events if e["job"]["name"] == dag_id}
+    assert len(ids) == 1, ids
+    return ids.pop()
+
+
+def assert_parent_and_root(event: dict[str, Any], dag_id: str, dag_run: str) -> None:
+    """The DAG run (job ``dag_id`` in Airflow's namespace, run ``dag_run``) is the event's parent and root."""
+    parent = event["run"]["facets"]["parent"]
+    root = parent["root"]
+    dag = ("etl-craft-tests", dag_id, dag_run)
+    assert (parent["job"]["namespace"], parent["job"]["name"], parent["run"]["runId"]) == dag, event["job"]
+    assert (root["job"]["namespace"], root["job"]["name"], root["run"]["runId"]) == dag, event["job"]
+
+
+def test_a_failed_run_ends_its_engine_job_failed(lineage: Pipeline, request, tmp_path: Path) -> None:
+    """FLAKY fails for good (no retry): the finish ends the run FAILED, and the Engine run's end is a FAIL."""
+    dag_id = f"ol_fail_{request.node.callspec.id}"
+    path = pipeline_dags.write_dag(lineage.dags, LINEAGE_DAG.replace('"retries": 1', '"retries": 0'), dag_id)
+    events = tmp_path / "events.jsonl"
+    env = {
+        **lineage.engine.subprocess_env(),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(events), "append": True}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "etl-craft-tests",
+    }
+    done = subprocess.run([sys.executable, pipeline_dags.__file__, str(path), "2026-03-01T00:00:00+00:00"],
+                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert "STATE=failed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    found = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+
+    [(run_id, status, *_)] = lineage.runs()
+    assert status == "FAILED"
+    assert engine_events(found, lineage, run_id) == ["START", "FAIL"]
+    dag_run = dag_run_of(found, dag_id)
+    namespace = engine_run_of(lineage, run_id)["namespace"]
+    [start, end] = [e for e in found if e["job"]["namespace"] == namespace]
+    assert facet(end)["status"] == "FAILED" and facet(end)["tasks"]["failed"] >= 1
+    for event in (start, end):
+        assert_parent_and_root(event, dag_id, dag_run)
+    # The finish task's own FAIL names the same Engine run.
+    [finish] = [facet(e) for e in found if task_of(e) == "ol_pipe.finish" and e["eventType"] == "FAIL"]
+    assert finish["engineRun"] == engine_run_of(lineage, run_id)

@@ -11,13 +11,15 @@ import os
 import re
 import subprocess
 import sys
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-from airflow_provider_etl_craft.lineage.memo import Claimed, Ended, EngineDb, Finished
+from airflow_provider_etl_craft.lineage.memo import Claimed, DagRunRef, Ended, EngineDb, Finished
 from airflow_provider_etl_craft.operators.pipeline_run import (
     ClaimPipelineRunOperator,
     FinishPipelineRunOperator,
@@ -37,6 +39,7 @@ PROVIDER_MODULES = (
     "airflow_provider_etl_craft.hooks.engine_db",
     "airflow_provider_etl_craft.lineage",
     "airflow_provider_etl_craft.lineage.memo",
+    "airflow_provider_etl_craft.lineage.engine_job",
 )
 OPENLINEAGE_MODULES = ("openlineage", "airflow.providers.openlineage")
 
@@ -270,10 +273,171 @@ def test_the_example_event_of_the_docs_page_validates() -> None:
     from airflow_provider_etl_craft.lineage.facets import PRODUCER, SCHEMA_URL, EtlCraftRunFacet
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "lineage.md").read_text()
-    [example] = re.findall(r"```json\n(.*?)```", page, re.S)
-    event = json.loads(example)
-    facet_validator()(event["run"]["facets"])
-    facet = event["run"]["facets"]["etl_craft_run"]
-    assert (facet["_producer"], facet["_schemaURL"]) == (PRODUCER, SCHEMA_URL)
-    fields = {f.name for f in attrs.fields(EtlCraftRunFacet)} - {"_producer", "_schemaURL"}
-    assert set(facet) - {"_producer", "_schemaURL"} <= fields
+    examples = re.findall(r"```json\n(.*?)```", page, re.S)
+    assert len(examples) == 2  # a task's event, the Engine run's
+    for example in examples:
+        event = json.loads(example)
+        facet_validator()(event["run"]["facets"])
+        facet = event["run"]["facets"]["etl_craft_run"]
+        assert (facet["_producer"], facet["_schemaURL"]) == (PRODUCER, SCHEMA_URL)
+        fields = {f.name for f in attrs.fields(EtlCraftRunFacet)} - {"_producer", "_schemaURL"}
+        assert set(facet) - {"_producer", "_schemaURL"} <= fields
+        run = facet["engineRun"]  # the run id as the docs derive it
+        assert run["runId"] == str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run['namespace']}/{run['name']}#4182"))
+    engine = json.loads(examples[1])
+    assert (engine["job"]["namespace"], engine["job"]["name"]) == (run["namespace"], run["name"])
+    assert engine["run"]["runId"] == run["runId"]
+
+
+# -- the Engine run as a job of its own ---------------------------------------------------------------------
+
+PG_DB = EngineDb(dialect="postgresql", schema="etl", namespace="postgres://db1:5433", database="engine")
+DAG_RUN = DagRunRef(dag_id="d", run_date=datetime(2026, 3, 1, tzinfo=UTC), clear_number=0, conf={})
+
+
+def test_the_engine_run_id_is_derived_from_the_engine_db_and_the_run() -> None:
+    """Claim and finish, in different processes, compute the same run id, with nothing stored."""
+    from airflow_provider_etl_craft.lineage.engine_job import engine_run
+
+    run = engine_run(PG_DB, "P", 3)
+    assert run is not None
+    assert (run.namespace, run.name) == ("postgres://db1:5433", "engine.etl.P")
+    assert run.run_id == str(uuid.uuid5(uuid.NAMESPACE_URL, "postgres://db1:5433/engine.etl.P#3"))
+    assert engine_run(PG_DB, "P", 3) == run  # deterministic
+    assert engine_run(PG_DB, "P", 4).run_id != run.run_id  # type: ignore[union-attr]
+    other = EngineDb(dialect="postgresql", schema="etl2", namespace="postgres://db1:5433", database="engine")
+    assert engine_run(other, "P", 3).run_id != run.run_id  # type: ignore[union-attr]
+    sqlite = engine_run(EngineDb(dialect="sqlite", schema="main", namespace="sqlite:///e/etl.db"), "P", 3)
+    assert sqlite is not None and sqlite.name == "main.P"
+    assert engine_run(SQLITE_DB, "P", 3) is None  # an Engine DB of unknown place: no job of its own
+    assert engine_run(PG_DB, "P", None) is None
+
+
+@lineage_required
+def test_the_engine_job_namespace_is_the_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.openlineage.sqlparser import SQLParser
+
+    monkeypatch.setenv("LINEAGE_SECRET", "s3cret")
+    path = write_config(
+        tmp_path,
+        "Engine:\n  test:\n    jdbc_url: jdbc:postgresql://db1.internal:5433,db2.internal:5432/engine?targetServerType=primary\n"
+        "    schema: etl_craft\n    user: etl_user\n    auth_mode: password\n    secret: LINEAGE_SECRET\n",
+    )
+    hook = EngineDBHook.from_config(path)
+    found = EngineDb.of(hook.engine)
+    assert found.namespace == SQLParser.create_namespace(hook.get_openlineage_database_info(None))
+    assert (found.database, found.schema) == ("engine", "etl_craft")
+
+
+@pytest.fixture
+def sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The OpenLineage listener's adapter writes its events to a file (one JSON event a line)."""
+    from airflow.providers.openlineage.plugins.listener import get_openlineage_listener
+    from openlineage.client import OpenLineageClient
+    from openlineage.client.transport.file import FileConfig, FileTransport
+
+    events = tmp_path / "events.jsonl"
+    client = OpenLineageClient(transport=FileTransport(FileConfig(log_file_path=str(events), append=True)))
+    monkeypatch.setattr(get_openlineage_listener().adapter, "_client", client)
+    return events
+
+
+def _sent(events: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
+
+
+@lineage_required
+def test_claim_starts_and_finish_ends_the_engine_run(sent: Path) -> None:
+    from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter
+
+    claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="P")
+    assert claim.get_openlineage_facets_on_start() is not None and _sent(sent) == []  # nothing claimed yet
+    claim._etl_craft_claimed = Claimed(engine_db=PG_DB, action="CREATED", pipeline_run_id=3, run_key="airflow:d:r",
+                                       status="IN-PROGRESS", dag_run=DAG_RUN)  # fmt: skip
+    claim_facet = run_facets(claim.get_openlineage_facets_on_complete(None))["etl_craft_run"]
+
+    class Engine:
+        profile = type(
+            "Profile", (), {"dialect_name": "postgresql", "schema": "etl", "target": _pg_target()}
+        )()
+
+        def connect(self) -> None:
+            raise OSError("the Engine DB is down")
+
+    finish = FinishPipelineRunOperator(task_id="finish", pipeline_code="P")
+    finish._etl_craft_finished = Finished(engine=Engine(), pipeline_run_id=3, run_key="airflow:d:r", status="FAILED",
+                                          sla_status=None, dag_run=DAG_RUN)  # fmt: skip
+    finish.get_openlineage_facets_on_failure(None)
+
+    start, end = _sent(sent)
+    assert (start["eventType"], end["eventType"]) == ("START", "FAIL")
+    run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "postgres://db1:5433/engine.etl.P#3"))
+    for event in (start, end):
+        assert event["job"]["namespace"] == "postgres://db1:5433" and event["job"]["name"] == "engine.etl.P"
+        assert event["run"]["runId"] == run_id
+        facet_validator()(event["run"]["facets"])
+        parent = event["run"]["facets"]["parent"]
+        dag_run_id = OpenLineageAdapter.build_dag_run_id(
+            dag_id="d", logical_date=DAG_RUN.run_date, clear_number=0
+        )
+        assert parent["job"]["name"] == "d" and parent["run"]["runId"] == dag_run_id
+        assert parent["root"]["job"]["name"] == "d" and parent["root"]["run"]["runId"] == dag_run_id
+    assert start["run"]["facets"]["etl_craft_run"] == claim_facet
+    assert claim_facet["engineRun"] == {
+        "namespace": "postgres://db1:5433",
+        "name": "engine.etl.P",
+        "runId": run_id,
+    }
+    assert end["run"]["facets"]["etl_craft_run"]["status"] == "FAILED"
+
+
+def _pg_target() -> Any:
+    from airflow_provider_etl_craft.engine.url import PostgresTarget
+
+    return PostgresTarget(host="db1", port=5433, database="engine")
+
+
+@lineage_required
+def test_a_skipped_claim_starts_and_completes_the_engine_run(sent: Path) -> None:
+    claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="P")
+    claim._etl_craft_claimed = Claimed(engine_db=PG_DB, action="SKIPPED", pipeline_run_id=4, run_key="airflow:d:r",
+                                       status="SKIPPED", dag_run=DAG_RUN)  # fmt: skip
+    claim.get_openlineage_facets_on_complete(None)
+    assert [e["eventType"] for e in _sent(sent)] == ["START", "COMPLETE"]
+
+
+@lineage_required
+def test_a_transport_that_is_down_never_fails_the_task(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An HTTP backend nobody listens on: the adapter's warning; an adapter that raises: ours. The facets stay."""
+    import socket
+
+    from airflow.providers.openlineage.plugins.listener import get_openlineage_listener
+    from openlineage.client import OpenLineageClient
+    from openlineage.client.transport.http import HttpConfig, HttpTransport
+
+    with socket.socket() as sock:  # a loopback port with nobody listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = HttpConfig(url=f"http://127.0.0.1:{port}", timeout=2.0, retry={"total": 0})
+    adapter = get_openlineage_listener().adapter
+    monkeypatch.setattr(adapter, "_client", OpenLineageClient(transport=HttpTransport(config)))
+    claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="P")
+    claim._etl_craft_claimed = Claimed(engine_db=PG_DB, action="CREATED", pipeline_run_id=3, run_key="airflow:d:r",
+                                       status="IN-PROGRESS", dag_run=DAG_RUN)  # fmt: skip
+    with caplog.at_level("WARNING"):
+        lineage = claim.get_openlineage_facets_on_complete(None)
+    assert run_facets(lineage)["etl_craft_run"]["pipelineRunId"] == 3
+    assert "Failed to emit OpenLineage" in caplog.text + capsys.readouterr().out  # Airflow logs to stdout
+
+    def broken(event: Any) -> None:
+        raise RuntimeError("no client for this configuration")
+
+    monkeypatch.setattr(adapter, "emit", broken)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        lineage = claim.get_openlineage_facets_on_complete(None)
+    assert run_facets(lineage)["etl_craft_run"]["pipelineRunId"] == 3
+    logged = caplog.text + capsys.readouterr().out
+    assert "OpenLineage START event of Engine run" in logged and "was not sent" in logged

@@ -24,7 +24,14 @@ from airflow_provider_etl_craft.operators.pipeline_run import (
 )
 from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator, recorded
 from harness.engines import write_config
-from tests.lineage_support import facet_schema, facet_validator, lineage_required
+from tests.lineage_support import (
+    GENERIC_RUN_FACET,
+    EventInvalid,
+    facet_schema,
+    facet_validator,
+    lineage_required,
+    validate_event,
+)
 
 #: The provider's modules a DAG file or a task process may import.
 PROVIDER_MODULES = (
@@ -277,3 +284,43 @@ def test_the_example_event_of_the_docs_page_validates() -> None:
     assert (facet["_producer"], facet["_schemaURL"]) == (PRODUCER, SCHEMA_URL)
     fields = {f.name for f in attrs.fields(EtlCraftRunFacet)} - {"_producer", "_schemaURL"}
     assert set(facet) - {"_producer", "_schemaURL"} <= fields
+
+
+#: Broken copies of the docs page's example event, each of which the whole-event check must refuse.
+BROKEN_EVENTS = {
+    "an unknown event type": lambda e: e.update(eventType="DONE"),
+    "an event time that is no date-time": lambda e: e.update(eventTime="yesterday"),
+    "a job without a namespace": lambda e: e["job"].pop("namespace"),
+    "a parent run without its id": lambda e: e["run"]["facets"]["parent"]["run"].pop("runId"),
+    "a parent facet without a producer": lambda e: e["run"]["facets"]["parent"].pop("_producer"),
+    "a row count that is a string": lambda e: e["outputs"][0]["outputFacets"]["outputStatistics"].update(
+        rowCount="120"
+    ),
+    "a status outside the facet's enum": lambda e: e["run"]["facets"]["etl_craft_run"].update(status="DONE"),
+    "a facet whose schema is nowhere offline": lambda e: e["run"]["facets"].update(
+        mystery={"_producer": "https://example.com/p", "_schemaURL": "https://example.com/Mystery.json"}
+    ),
+    "Airflow's facet with a try number that is a string": lambda e: e["run"]["facets"].update(
+        airflow={
+            "_producer": "https://example.com/p",
+            "_schemaURL": GENERIC_RUN_FACET,
+            "taskInstance": {"try_number": "2"},
+        }
+    ),  # fmt: skip
+}
+
+
+@lineage_required
+@pytest.mark.parametrize("broken", sorted(BROKEN_EVENTS))
+def test_a_whole_event_is_checked_against_the_pinned_spec(broken: str) -> None:
+    """The docs page's example event passes the whole-event check; each broken copy of it fails."""
+    import copy
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "lineage.md").read_text()
+    [example] = re.findall(r"```json\n(.*?)```", page, re.S)
+    event = json.loads(example)
+    validate_event(event)
+    bad = copy.deepcopy(event)
+    BROKEN_EVENTS[broken](bad)
+    with pytest.raises(EventInvalid):
+        validate_event(bad)

@@ -72,7 +72,8 @@ $(LINEAGE_VENV)/.installed: pyproject.toml constraints/constraints-airflow-$(NEW
 	touch $@
 
 test-lineage: $(LINEAGE_VENV)/.installed system-deps
-	ETL_CRAFT_REQUIRE_OPENLINEAGE=1 $(LINEAGE_VENV)/bin/python -m pytest -q tests/unit/test_lineage.py tests/e2e/test_lineage.py
+	ETL_CRAFT_REQUIRE_OPENLINEAGE=1 $(LINEAGE_VENV)/bin/python -m pytest -q tests/unit/test_lineage.py tests/e2e/test_lineage.py \
+		tests/deployment/test_lineage_deployment.py
 
 # Bookkeeping cost, contention and Airflow overhead; prints a table, writes bench/results.json.
 # Extra options: make bench BENCH_ARGS="--quick" (see python -m bench --help).

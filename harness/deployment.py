@@ -322,6 +322,11 @@ class AirflowDeployment:
         """``etl_craft_default``, the example DAGs' Engine DB (no tables until a test or the init DAG makes them)."""
         return self.engines["default"]
 
+    @property
+    def lineage_events(self) -> Path:
+        """The OpenLineage file transport's file: one JSON event a line, from every component."""
+        return self.root / "openlineage-events.jsonl"
+
     def component_log(self, name: str) -> Path:
         return self.root / "component-logs" / f"{name}.log"
 
@@ -453,6 +458,12 @@ class AirflowDeployment:
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+            # Where the OpenLineage integration is installed (the lineage tier), every component's events go
+            # to one file; without it Airflow ignores the section.
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(self.lineage_events), "append": True}
+            ),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "etl-craft-deployment",
             **self.statsd.env(),
             "AIRFLOW_CONN_ETL_CRAFT_PG": file_conn(pg_config),
             "AIRFLOW_CONN_ETL_CRAFT_SQLITE": file_conn(sqlite_config),

@@ -26,7 +26,14 @@ from airflow_provider_etl_craft.operators.pipeline_run import (
 )
 from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator, recorded
 from harness.engines import write_config
-from tests.lineage_support import facet_schema, facet_validator, lineage_required
+from tests.lineage_support import (
+    GENERIC_RUN_FACET,
+    EventInvalid,
+    facet_schema,
+    facet_validator,
+    lineage_required,
+    validate_event,
+)
 
 #: The provider's modules a DAG file or a task process may import.
 PROVIDER_MODULES = (
@@ -441,3 +448,90 @@ def test_a_transport_that_is_down_never_fails_the_task(
     assert run_facets(lineage)["etl_craft_run"]["pipelineRunId"] == 3
     logged = caplog.text + capsys.readouterr().out
     assert "OpenLineage START event of Engine run" in logged and "was not sent" in logged
+
+
+#: Broken copies of the docs page's example event, each of which the whole-event check must refuse.
+BROKEN_EVENTS = {
+    "an unknown event type": lambda e: e.update(eventType="DONE"),
+    "an event time that is no date-time": lambda e: e.update(eventTime="yesterday"),
+    "a job without a namespace": lambda e: e["job"].pop("namespace"),
+    "a parent run without its id": lambda e: e["run"]["facets"]["parent"]["run"].pop("runId"),
+    "a parent facet without a producer": lambda e: e["run"]["facets"]["parent"].pop("_producer"),
+    "a producer that is no URI": lambda e: e["run"]["facets"]["etl_craft_run"].update(_producer="v0.1.0"),
+    "a row count that is a string": lambda e: e["outputs"][0]["outputFacets"]["outputStatistics"].update(
+        rowCount="120"
+    ),
+    "a status outside the facet's enum": lambda e: e["run"]["facets"]["etl_craft_run"].update(status="DONE"),
+    "a facet with only the generic RunFacet schema": lambda e: e["run"]["facets"].update(
+        other={"_producer": "https://example.com/p", "_schemaURL": GENERIC_RUN_FACET}
+    ),
+    "a facet whose schema is nowhere offline": lambda e: e["run"]["facets"].update(
+        mystery={"_producer": "https://example.com/p", "_schemaURL": "https://example.com/Mystery.json"}
+    ),
+    "Airflow's facet with a try number that is a string": lambda e: e["run"]["facets"].update(
+        airflow={
+            "_producer": "https://example.com/p",
+            "_schemaURL": GENERIC_RUN_FACET,
+            "taskInstance": {"try_number": "2"},
+        }
+    ),  # fmt: skip
+}
+
+
+@lineage_required
+@pytest.mark.parametrize("broken", sorted(BROKEN_EVENTS))
+def test_a_whole_event_is_checked_against_the_pinned_spec(broken: str) -> None:
+    """The docs page's example event passes the whole-event check; each broken copy of it fails."""
+    import copy
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "lineage.md").read_text()
+    example = re.findall(r"```json\n(.*?)```", page, re.S)[0]  # the task's event
+    event = json.loads(example)
+    validate_event(event)
+    bad = copy.deepcopy(event)
+    BROKEN_EVENTS[broken](bad)
+    with pytest.raises(EventInvalid):
+        validate_event(bad)
+
+
+@lineage_required
+def test_a_folder_of_spec_files_is_used_for_the_facets_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ETL_CRAFT_OPENLINEAGE_SPEC, a facet whose ``_schemaURL`` file is in the folder is validated against
+    that file (found by its ``$id``, any layout). The files here are made up for the test: a core whose
+    RunEvent allows anything, and a NominalTimeRunFacet that forbids what the real one allows."""
+    from tests import lineage_support
+
+    core = {
+        **lineage_support.CORE_STAND_IN,
+        "$defs": {**lineage_support.CORE_STAND_IN["$defs"], "RunEvent": {}},
+    }
+    nominal_id = "https://openlineage.io/spec/facets/1-0-1/NominalTimeRunFacet.json"
+    nominal = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": nominal_id,
+        "$defs": {"NominalTimeRunFacet": {"not": {"required": ["nominalStartTime"]}}},
+    }
+    (tmp_path / "facets").mkdir()
+    (tmp_path / "OpenLineage.json").write_text(json.dumps(core))
+    (tmp_path / "facets" / "any-name.json").write_text(json.dumps(nominal))
+    page = (Path(__file__).resolve().parents[2] / "docs" / "lineage.md").read_text()
+    example = re.findall(r"```json\n(.*?)```", page, re.S)[0]  # the task's event
+    event = json.loads(example)
+    event["run"]["facets"]["nominalTime"] = {
+        "_producer": "https://example.com/p",
+        "_schemaURL": f"{nominal_id}#/$defs/NominalTimeRunFacet",
+        "nominalStartTime": "2026-03-01T00:00:00+00:00",
+    }
+    validate_event(event)  # the pinned model: a valid facet
+    monkeypatch.setenv(lineage_support.SPEC_DIR_ENV, str(tmp_path))
+    lineage_support._spec_files.cache_clear()
+    lineage_support._validator.cache_clear()
+    try:
+        with pytest.raises(EventInvalid, match="NominalTimeRunFacet"):
+            validate_event(event)
+    finally:  # the next test validates without the folder again
+        monkeypatch.delenv(lineage_support.SPEC_DIR_ENV)
+        lineage_support._spec_files.cache_clear()
+        lineage_support._validator.cache_clear()

@@ -368,8 +368,9 @@ def test_the_pipeline_page_charts_the_durations_of_recent_runs(
     quick = page.get_by_test_id("trend")
     expect(quick.locator(".u-legend")).to_contain_text("SLA (24 h)24 h, above the chart")  # the colon is CSS
     expect(quick.get_by_test_id("trend-chart")).to_have_attribute("data-unit", "s")
+    # One run: one point, whose antialiased pixel count depends on where its time falls between pixels.
     pixels = quick.locator("canvas").first.evaluate(COUNT_COLOURS)
-    assert pixels["duration"] > 10 and pixels["sla"] == 0, pixels
+    assert pixels["duration"] > 0 and pixels["sla"] == 0, pixels
 
     page.goto(f"/etl-craft/ui/#/pipelines/{IDLE}")
     expect(page.get_by_role("heading", name=f"Pipeline {IDLE}")).to_be_visible()

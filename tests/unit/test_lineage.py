@@ -26,10 +26,6 @@ from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator
 from harness.engines import write_config
 from tests.lineage_support import facet_schema, facet_validator, lineage_required
 
-# Cheap (no DAG runs): the smoke set of every older line runs them, with the OpenLineage provider its managed
-# image ships (docs/lineage.md).
-pytestmark = pytest.mark.smoke
-
 #: The provider's modules a DAG file or a task process may import.
 PROVIDER_MODULES = (
     "airflow_provider_etl_craft.operators.pipeline_run",
@@ -100,14 +96,18 @@ def _probe(code: str, *args: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.smoke
 def test_no_module_of_the_provider_imports_openlineage() -> None:
     assert json.loads(_probe(IMPORTS_PROBE, json.dumps(PROVIDER_MODULES))) == []
 
 
+@pytest.mark.smoke
 def test_without_openlineage_the_lineage_methods_answer_none() -> None:
     assert json.loads(_probe(ABSENT_PROBE, json.dumps(OPENLINEAGE_MODULES))) == [None] * 9
 
 
+# Not in the smoke set (which every older line runs, with its managed image's OpenLineage: the others here are):
+# the probe hides the same modules on every line.
 @lineage_required
 def test_with_an_integration_too_old_for_the_facets_the_lineage_methods_answer_none() -> None:
     """The integration is there, but its client lacks the v2 event and facet classes the facets are built of
@@ -127,6 +127,7 @@ def run_facets(lineage: Any) -> dict[str, Any]:
     return {name: Serde.to_dict(value) for name, value in lineage.run_facets.items()}
 
 
+@pytest.mark.smoke
 @lineage_required
 def test_the_shipped_schema_is_the_one_the_facet_names() -> None:
     from airflow_provider_etl_craft.lineage.facets import PRODUCER, SCHEMA_URL
@@ -152,6 +153,7 @@ def _asset_name(asset: Any) -> tuple[str, str]:
     return "postgres://wh:5432", "sales/public/orders"
 
 
+@pytest.mark.smoke
 @lineage_required
 def test_a_task_facet_carries_the_attempt_it_recorded() -> None:
     op = EtlCraftPythonOperator(
@@ -187,6 +189,7 @@ def test_a_task_facet_carries_the_attempt_it_recorded() -> None:
     assert output.outputFacets["outputStatistics"].rowCount == 5
 
 
+@pytest.mark.smoke
 @lineage_required
 def test_a_recorded_operator_keeps_the_lineage_of_the_operator_it_wraps() -> None:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -207,6 +210,7 @@ def test_a_recorded_operator_keeps_the_lineage_of_the_operator_it_wraps() -> Non
     assert run_facets(lineage)["etl_craft_run"]["taskCode"] == "COPY"
 
 
+@pytest.mark.smoke
 @lineage_required
 def test_claim_and_finish_facets() -> None:
     claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="P")
@@ -234,6 +238,7 @@ def test_claim_and_finish_facets() -> None:
                    "pipelineRunId": 3, "runKey": "airflow:d:r", "status": "FAILED", "slaStatus": "BREACHED"}  # fmt: skip
 
 
+@pytest.mark.smoke
 @lineage_required
 def test_a_facet_that_cannot_be_built_never_fails_the_task() -> None:
     op = EtlCraftPythonOperator(task_id="load", pipeline_code="P", python_callable=lambda: 1)
@@ -250,6 +255,7 @@ def _asset(uri: str) -> Any:
     return Asset(uri)
 
 
+@pytest.mark.smoke
 @lineage_required
 def test_the_hook_names_a_sqlite_engine_db_as_openlineage_does(tmp_path: Path) -> None:
     from airflow.providers.openlineage.sqlparser import SQLParser
@@ -264,6 +270,7 @@ def test_the_hook_names_a_sqlite_engine_db_as_openlineage_does(tmp_path: Path) -
     assert hook.get_openlineage_default_schema() == "main"
 
 
+@pytest.mark.smoke
 @lineage_required
 def test_the_hook_names_a_postgres_engine_db_by_its_first_server_without_credentials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -285,6 +292,7 @@ def test_the_hook_names_a_postgres_engine_db_by_its_first_server_without_credent
     assert hook.get_openlineage_default_schema() == "etl_craft"
 
 
+@pytest.mark.smoke
 @lineage_required
 def test_the_example_event_of_the_docs_page_validates() -> None:
     """docs/lineage.md's example: its facet is valid, and names only fields the facet has."""

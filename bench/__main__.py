@@ -20,6 +20,8 @@
    and the claim times of another process claiming beside it, against the same claims without a purge.
 9. A recorded task's own cost in its task process (:mod:`bench.task_cost`, in a subprocess): one cold try per
    fresh interpreter, recorded vs plain, on SQLite and PostgreSQL Engine DBs.
+10. OpenLineage's cost per recorded task (:mod:`bench.lineage_cost`, in a subprocess of the OpenLineage venv
+   ``.venv-openlineage``, which ``make bench`` builds): the same cold try with Airflow's listener on and off.
 
 **One round trip** is one statement or transaction-control message sent to the database and waited for:
 with psycopg2 in autocommit mode (the provider's connections) every ``cursor.execute`` is one round trip —
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.isolated import run_isolated
+from bench.lineage_cost import LINEAGE_PYTHON
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().with_name("results.json")
@@ -65,6 +68,7 @@ PARTS = (
     "history",
     "purge",
     "taskcost",
+    "lineage",
 )
 
 
@@ -112,6 +116,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--task-repeats", type=int, help="part 9: cold tries of each task per Engine DB (default 7; quick 2)"
+    )
+    parser.add_argument(
+        "--lineage-repeats",
+        type=int,
+        help="part 10: cold tries with the listener on and off (default 7; quick 2)",
+    )
+    parser.add_argument(
+        "--lineage-python",
+        type=Path,
+        default=LINEAGE_PYTHON,
+        help="part 10: the interpreter of a venv with the [openlineage] extra (default: %(default)s)",
     )
     parser.add_argument(
         "--history-dialects",
@@ -176,6 +191,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.cli_repeats = args.cli_repeats or (2 if quick else 10)
     args.purge_baseline = args.purge_baseline or (1.0 if quick else 5.0)
     args.task_repeats = args.task_repeats or (2 if quick else 7)
+    args.lineage_repeats = args.lineage_repeats or (2 if quick else 7)
     return args
 
 
@@ -234,6 +250,16 @@ def run_task_cost_part(workdir: Path, repeats: int) -> dict[str, Any]:
     return run_isolated(
         "bench.task_cost", workdir / "task-cost", "task-cost.log", 9, "--repeats", str(repeats)
     )
+
+
+def run_lineage_part(workdir: Path, repeats: int, python: Path) -> dict[str, Any]:
+    """Part 10 in a fresh interpreter of the OpenLineage venv (the main venv has no OpenLineage)."""
+    if not python.exists():
+        raise RuntimeError(
+            f"part 10 needs {python} (make test-lineage or make bench builds .venv-openlineage)"
+        )
+    return run_isolated("bench.lineage_cost", workdir / "lineage", "lineage-cost.log", 10,
+                        "--repeats", str(repeats), python=python)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,6 +369,14 @@ def main(argv: list[str] | None = None) -> int:
                 results["task_cost"] = run_task_cost_part(workdir, args.task_repeats)
             except RuntimeError as exc:
                 results["task_cost"] = {"error": str(exc).splitlines()[0]}
+                failures.append(str(exc))
+        if "lineage" not in args.skip:
+            log(f"part 10, OpenLineage: {args.lineage_repeats} cold tries of a recorded task with the listener on "
+                f"and off, in {args.lineage_python}")  # fmt: skip
+            try:
+                results["lineage"] = run_lineage_part(workdir, args.lineage_repeats, args.lineage_python)
+            except RuntimeError as exc:
+                results["lineage"] = {"error": str(exc).splitlines()[0]}
                 failures.append(str(exc))
     finally:
         if pg is not None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import lineage_cost as lineage_part
 from bench import scheduler as scheduler_part
 from bench.bookkeeping import OPERATIONS
 
@@ -429,6 +430,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "measured": f"{airflow['ratio']:.2f}x", "value": airflow["ratio"], "met": airflow["ratio"] <= AIRFLOW_TARGET,
         })  # fmt: skip
     out += scheduler_part.targets(results.get("scheduler"))
+    out += lineage_part.targets(results.get("lineage"))
     return out
 
 
@@ -471,6 +473,7 @@ def render(results: dict[str, Any]) -> str:
         history_section(results.get("history")),
         purge_section(results.get("purge")),
         scheduler_part.section(results.get("scheduler"), table),
+        lineage_part.section(results.get("lineage")),
         targets_section(results.get("targets", [])),
         machine_section(results["machine"]),
     ]

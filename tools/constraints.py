@@ -9,9 +9,10 @@ Three kinds of file live under ``constraints/``:
   Airflow's GitHub constraints branches.
 * ``constraints-airflow-<line>-py<python>.txt``: what ``make test AIRFLOW=<line>`` installs. The newest
   line takes the newest releases; older lines install on top of their managed image, so the smoke set
-  runs against the provider versions those images ship. Python 3.11 sets are made Airflow's way (fresh
-  venv, install, ``pip freeze``); Python 3.12 sets by pip's cross-target resolution, since no 3.12
-  interpreter is on the CI machine.
+  runs against the provider versions those images ship, OpenLineage's included (``OPENLINEAGE``: the
+  [openlineage] extra at the image's releases, which the older lines' smoke venvs install). Python 3.11
+  sets are made Airflow's way (fresh venv, install, ``pip freeze``); Python 3.12 sets by pip's cross-target
+  resolution, since no 3.12 interpreter is on the CI machine.
 * ``check`` (run by ``.ci/run``) proves two things with pip: each Python 3.12 line set still resolves
   against this project, and the provider installs into each managed image without changing any package
   the image pins (pip resolves under the image's constraints, as MWAA's ``--constraint`` install does).
@@ -44,6 +45,17 @@ LINES: dict[str, tuple[str, str | None]] = {
     "3.2": ("3.2.1", "3.2.1"),
     "3.3": ("3.3.2", None),
 }
+#: Airflow line -> the OpenLineage provider and client (openlineage-python, -integration-common, -sql) of its
+#: managed image, which Airflow's constraints for the release pin; the [openlineage] extra installs them in the
+#: line's venv (docs/lineage.md). None: the newest releases.
+OPENLINEAGE: dict[str, tuple[str, str] | None] = {
+    "3.0": ("2.6.1", "1.37.0"),
+    "3.1": ("2.10.1", "1.43.0"),
+    "3.2": ("2.14.0", "1.46.0"),
+    "3.3": None,
+}
+#: What a line's venv installs of this package: the [dev] extra, and the [openlineage] one at the image's pins.
+EXTRAS = ("dev", "openlineage")
 #: Managed images the install check covers (MWAA 3.0.6 / 3.2.1 / 3.3.1, Composer 3.1.7 / 3.3.1).
 IMAGE_RELEASES = ("3.0.6", "3.1.7", "3.2.1", "3.3.1")
 #: What an image carries besides Airflow: the providers this package uses or tests with.
@@ -138,7 +150,7 @@ def make_image(version: str) -> None:
 def make_line(line: str, keep: bool = False) -> None:
     """Rebuild a line's sets; with ``keep``, every pin of the current sets stays and only what is new resolves."""
     release, image = LINES[line]
-    requirements = [f"apache-airflow=={release}", *IMAGE_PROVIDERS]
+    requirements = [f"apache-airflow=={release}", *IMAGE_PROVIDERS, *_openlineage_pins(line)]
     made = dt.date.today().isoformat()
     source = f"on the managed image set images/airflow-{image}" if image else "with the newest releases"
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,7 +167,7 @@ def make_line(line: str, keep: bool = False) -> None:
                 pip = venv / "bin" / "pip"
                 # As the Makefile's venvs do: the pip a new venv bundles can backtrack for ever.
                 _run(pip, "install", "-q", "--upgrade", "pip>=24")
-                _run(pip, "install", "-q", *image_args, *requirements, f"{ROOT}[dev]")
+                _run(pip, "install", "-q", *image_args, *requirements, f"{ROOT}[{','.join(EXTRAS)}]")
                 frozen = _run(pip, "freeze", "--exclude-editable", capture_output=True).stdout
                 pins = [p for p in _pins(frozen) if not p.startswith("airflow-provider-etl-craft==")]
                 how = "installed in a fresh venv, then pip freeze"
@@ -178,7 +190,7 @@ def make_line(line: str, keep: bool = False) -> None:
                     Path(tmp, "target"),
                     *image_args,
                     *requirements,
-                    *_project_requirements("dev"),
+                    *_project_requirements(*EXTRAS),
                 )
                 installs = json.loads(report.read_text())["install"]
                 pins = sorted(
@@ -187,18 +199,31 @@ def make_line(line: str, keep: bool = False) -> None:
                 how = "resolved with pip --dry-run --python-version (not installed)"
             header = (
                 f"# make test AIRFLOW={line}: apache-airflow {release} {source}, this package and its [dev]\n"
-                f"# extra, Python {python}: {how} ({made}).\n"
+                f"# and [openlineage] extras, Python {python}: {how} ({made}).\n"
                 f"# Made by: python tools/constraints.py line {line}\n"
             )
             line_path(line, python).write_text(header + "\n".join(pins) + "\n")
 
 
-def _project_requirements(extra: str | None = None) -> list[str]:
-    """The project's declared requirements (plus one extra's), read from pyproject.toml."""
+def _project_requirements(*extras: str) -> list[str]:
+    """The project's declared requirements (plus those of ``extras``), read from pyproject.toml."""
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return [*project["dependencies"], *(project["optional-dependencies"][extra] if extra else [])]
+    return [
+        *project["dependencies"],
+        *(r for extra in extras for r in project["optional-dependencies"][extra]),
+    ]
+
+
+def _openlineage_pins(line: str) -> list[str]:
+    """The line's managed-image OpenLineage releases as requirements (none for the newest line)."""
+    pinned = OPENLINEAGE[line]
+    if pinned is None:
+        return []
+    provider, client = pinned
+    clients = ("openlineage-python", "openlineage-integration-common", "openlineage-sql")
+    return [f"apache-airflow-providers-openlineage=={provider}", *(f"{name}=={client}" for name in clients)]
 
 
 def _wheel(tmp: Path) -> Path:
@@ -238,7 +263,7 @@ def check() -> int:
         for line in LINES:
             path = line_path(line, "3.12")
             try:
-                _resolve(Path(tmp), "3.12", path, f"{wheel}[dev]")
+                _resolve(Path(tmp), "3.12", path, f"{wheel}[{','.join(EXTRAS)}]")
                 print(f"ok   {path.relative_to(ROOT)} resolves for Python 3.12")
             except subprocess.CalledProcessError:
                 failures.append(f"{path.relative_to(ROOT)} does not resolve for Python 3.12")

@@ -13,12 +13,15 @@ import json
 import subprocess
 import sys
 import uuid
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from harness.engines import EngineSetup
+from tests.conftest import SMOKE_ON_SQLITE
 from tests.e2e import pipeline_dags
 from tests.e2e.test_pipeline_lifecycle import Pipeline
 from tests.lineage_support import (
@@ -153,6 +156,9 @@ def check_whole_events(events: list[dict[str, Any]], dag_id: str) -> None:
     ]
 
 
+# In the smoke set (SQLite) too: every older line's Airflow listener and OpenLineage provider, as its managed
+# image ships them, emit the pipeline's events.
+@SMOKE_ON_SQLITE
 def test_events_carry_what_the_engine_recorded(lineage: Pipeline, request, tmp_path: Path) -> None:
     dag_id = f"ol_pipe_{request.node.callspec.id}"
     events = run_with_lineage(lineage, dag_id, tmp_path)
@@ -238,7 +244,11 @@ def test_events_carry_what_the_engine_recorded(lineage: Pipeline, request, tmp_p
     else:
         namespace = f"postgres://{target.host}:{target.port}"
         name = f"{target.database}.{lineage.engine.hook().engine_profile.schema}.AUD_PIPELINES_RUN_LOG"
-    assert [(d["namespace"], d["name"]) for d in sql["inputs"]] == [(namespace, name)]
+    # The 3.0 image's OpenLineage provider (2.6.1) drops the SQL's datasets when its information_schema read
+    # fails, as it does on the Engine connection (later releases keep the tables, without column schemas).
+    installed = Version(metadata.version("apache-airflow-providers-openlineage"))
+    expected = [(namespace, name)] if installed >= Version("2.10") else []
+    assert [(d["namespace"], d["name"]) for d in sql["inputs"]] == expected
     assert "etl_craft_run" not in sql["run"]["facets"]
 
     # The Engine run: a job of the Engine DB's own, started by the claim and ended by the finish; its

@@ -5,7 +5,6 @@ The reading rules follow etl-craft's own; docs/etl-craft-parity.md lists them an
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -289,6 +288,8 @@ class Resolver:
         return name if _CONVENTIONAL_NAME.fullmatch(name) else "(name not shown)"
 
     def _suggest(self, *names: str) -> str:
+        import difflib  # for a missing variable's message only: a resolution that works never loads it
+
         known = [n for n in self.source.names() if _CONVENTIONAL_NAME.fullmatch(n)]
         close = sorted({m for n in names for m in difflib.get_close_matches(n, known, n=3, cutoff=0.8)})
         return f" (did you mean {', '.join(close)}?)" if close else ""

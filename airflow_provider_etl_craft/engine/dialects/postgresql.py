@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import actor, locks
 from airflow_provider_etl_craft.engine.dbapi import Cursor, PgConnection, PgDriver, Row
-from airflow_provider_etl_craft.engine.dialects import pg_probe
 from airflow_provider_etl_craft.engine.dialects.base import (
     EngineDialect,
     OneStatement,
@@ -44,6 +43,7 @@ from airflow_provider_etl_craft.errors import (
 
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.config.profile import EngineProfile
+    from airflow_provider_etl_craft.engine.dialects import pg_probe
 
 log = logging.getLogger(__name__)
 
@@ -461,6 +461,9 @@ class PostgresDialect(EngineDialect[PgConnection]):
 
         With a ``target_session_attrs`` that asks for a primary, a host that would take the session may have
         been skipped for being a standby or read-only: :meth:`_no_primary` logs in to find out first."""
+        # Loaded here, on a failed connect only: a login that works never needs the probe (docs/performance.md).
+        from airflow_provider_etl_craft.engine.dialects import pg_probe
+
         target, profile = self.target, self.profile
         # The client's own key or file first: libpq may have failed before the server had a say.
         local = profile.auth.local_problem(profile)

@@ -20,7 +20,7 @@ from airflow_provider_etl_craft.engine.schema import (
     InitResult,
     init_db,
 )
-from airflow_provider_etl_craft.engine.url import PostgresTarget, host_port
+from airflow_provider_etl_craft.engine.url import PostgresTarget
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.runs.lifecycle import RUN_LOCK_TIMEOUT, RunLifecycle
 
@@ -151,12 +151,10 @@ class EngineDBHook(DbApiHook):
         """
         from airflow.providers.openlineage.sqlparser import DatabaseInfo
 
-        target = self.engine_profile.target
-        if isinstance(target, PostgresTarget):
-            return DatabaseInfo(
-                scheme="postgres", authority=host_port(target.host, target.port), database=target.database
-            )
-        return DatabaseInfo(scheme="sqlite", authority=str(target.path))
+        from airflow_provider_etl_craft.lineage.memo import place
+
+        scheme, authority, database = place(self.engine_profile.target)
+        return DatabaseInfo(scheme=scheme, authority=authority, database=database)
 
     def get_openlineage_database_dialect(self, connection: Any) -> str:
         """The SQL parser's dialect: ``postgres`` or ``sqlite``."""

@@ -32,19 +32,24 @@ class EngineDb:
         """From an ``EngineDialect`` (its resolved profile)."""
         profile = engine.profile
         target = getattr(profile, "target", None)
-        if isinstance(target, PostgresTarget):
-            namespace = f"postgres://{host_port(target.host, target.port)}"
-            return cls(
-                dialect=profile.dialect_name,
-                schema=profile.schema,
-                namespace=namespace,
-                database=target.database,
-            )
-        if isinstance(target, SqliteTarget):
-            return cls(
-                dialect=profile.dialect_name, schema=profile.schema, namespace=f"sqlite://{target.path}"
-            )
-        return cls(dialect=profile.dialect_name, schema=profile.schema)
+        if not isinstance(target, PostgresTarget | SqliteTarget):
+            return cls(dialect=profile.dialect_name, schema=profile.schema)
+        scheme, authority, database = place(target)
+        return cls(
+            dialect=profile.dialect_name,
+            schema=profile.schema,
+            namespace=f"{scheme}://{authority}",
+            database=database,
+        )
+
+
+def place(target: PostgresTarget | SqliteTarget) -> tuple[str, str, str | None]:
+    """Where an Engine DB lives in OpenLineage's naming: scheme, authority and database — ``postgres``, the
+    first server's ``host:port`` and the database, or ``sqlite`` and the file's path (no database). Never a
+    user or credential. The hook's ``get_openlineage_database_info`` and the Engine job's namespace both use it."""
+    if isinstance(target, PostgresTarget):
+        return "postgres", host_port(target.host, target.port), target.database
+    return "sqlite", str(target.path), None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -421,9 +421,12 @@ class AirflowDeployment:
         self.port = _free_port()
         api = self.base_url
         self.statsd = StatsdListener()
+        # PYTHONDONTWRITEBYTECODE is dropped: a deployment installs the provider from its wheel, with
+        # bytecode, so every task process here reads the provider's modules compiled, as there, and does not
+        # compile them from source at each try (docs/performance.md).
         base = {k: v for k, v in os.environ.items()
                 if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "ETL_CRAFT_CONFIG",
-                                     "ETL_CRAFT_MIGRATIONS_DIR"))}  # fmt: skip
+                                     "ETL_CRAFT_MIGRATIONS_DIR", "PYTHONDONTWRITEBYTECODE"))}  # fmt: skip
         self.env = {
             **base,
             **secret_env,

@@ -8,15 +8,15 @@ so ``airflow config list``, is built from :data:`OPTIONS`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 SECTION = "etl_craft"
 VERSION_ADDED = "0.2.0"
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(Struct, frozen=True):
     name: str
     type: str  # "string", "integer", "float" or "boolean": what the provider info declares
     default: str

@@ -337,8 +337,7 @@ class Bench:
 def _outside_identity() -> type:
     from airflow_provider_etl_craft.runs.identity import RunIdentity
 
-    @dataclass(frozen=True)
-    class _OutsideRun(RunIdentity):
+    class _OutsideRun(RunIdentity, frozen=True):
         """A run started outside Airflow: its key is not ``airflow:…``, so no claim closes it as abandoned."""
 
         @property

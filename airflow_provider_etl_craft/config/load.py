@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from msgspec import Struct
 
 from airflow_provider_etl_craft.auth import AUTH_KEYS
 from airflow_provider_etl_craft.errors import ConfigurationError
@@ -57,8 +57,7 @@ class _BadKey(Exception):
         self.line = line
 
 
-@dataclass(frozen=True)
-class ConnectorFile:
+class ConnectorFile(Struct, frozen=True):
     """The parts of craft-connector.yml the provider reads, already checked for unknown names."""
 
     path: Path

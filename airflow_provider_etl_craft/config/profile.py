@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from airflow_provider_etl_craft.auth import AUTH_KEYS, AUTH_MODES, NO_AUTH, AuthMode
 from airflow_provider_etl_craft.config.load import (
@@ -46,8 +47,7 @@ ENGINE_DISPLAY = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
 URL_DIALECTS = {SQLITE_PREFIX: "sqlite", POSTGRES_PREFIX: "postgresql"}
 
 
-@dataclass(frozen=True)
-class EngineProfile:
+class EngineProfile(Struct, frozen=True):
     """Everything needed to open Engine DB connections. ``secrets`` never appears in ``repr``.
 
     ``auth`` is the resolved mode (``NO_AUTH`` for SQLite); its name is ``auth.name``.
@@ -63,7 +63,11 @@ class EngineProfile:
     fields: Mapping[str, str] = field(default_factory=dict)
     #: Folder of craft-connector.yml (None for an inline Airflow connection): relative paths, migrations/.
     base_dir: Path | None = None
-    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    secrets: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__struct_fields__ if n != "secrets")
+        return f"{type(self).__name__}({shown})"
 
     @property
     def dialect_name(self) -> str:
@@ -204,8 +208,7 @@ def build_profile(
     ).profile(name)
 
 
-@dataclass(frozen=True)
-class ProfileSettings:
+class ProfileSettings(Struct, frozen=True):
     """One profile's settings, resolved and checked one step at a time, each step raising for its setting.
 
     :meth:`profile` runs the steps in order and stops at the first error (the order every command reads them in);

@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.errors import ConfigurationError
@@ -27,8 +28,7 @@ _EXPORT = "export "
 _BOM = "\ufeff"
 
 
-@dataclass
-class SecretsSource:
+class SecretsSource(Struct):
     """Where variable names are looked up. ``names`` is empty when the source cannot list its keys."""
 
     kind: str
@@ -151,8 +151,7 @@ def twin_name(variable: str, profile: str, field_name: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class SettingSource:
+class SettingSource(Struct, frozen=True):
     """Where one setting's value came from: ``variable`` (the name whose value was used), or the text as written.
 
     ``twin`` is the profile twin looked up first (None when the setting has none); ``variable`` is the twin when

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from enum import StrEnum
+
+from msgspec import Struct
 
 
 class ActorKind(StrEnum):
@@ -29,8 +30,7 @@ class ActorKind(StrEnum):
 KINDS = frozenset(ActorKind)
 
 
-@dataclass(frozen=True)
-class Actor:
+class Actor(Struct, frozen=True):
     """An actor name and kind, and the migration file being applied (empty outside migrate)."""
 
     name: str

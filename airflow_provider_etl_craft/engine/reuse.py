@@ -24,8 +24,9 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.engine.dbapi import Connection
 
@@ -34,8 +35,7 @@ if TYPE_CHECKING:
     from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 
 
-@dataclass
-class _Slot:
+class _Slot(Struct):
     """The process's connection for one profile, with the dialect that opened it (its statement caches)."""
 
     profile: EngineProfile
@@ -69,8 +69,7 @@ def _slot(profile: EngineProfile) -> _Slot:
         return slot
 
 
-@dataclass
-class Loan:
+class Loan(Struct):
     """One use of a borrowed connection; set :attr:`conn` to the connection the use ended on (a reconnect
     replaces a lost one) before the ``with`` block ends."""
 

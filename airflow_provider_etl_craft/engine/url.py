@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
+
+from msgspec import Struct, field
 
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.paths import checked_path
@@ -61,8 +62,7 @@ CREDENTIAL_KEYS = frozenset(
 PATH_SETTINGS = frozenset({"sslrootcert", "sslcert", "sslkey", "sslcrl", "sslcrldir"})
 
 
-@dataclass(frozen=True)
-class SqliteTarget:
+class SqliteTarget(Struct, frozen=True):
     """A SQLite Engine DB file."""
 
     path: Path
@@ -73,8 +73,7 @@ class SqliteTarget:
         return f"sqlite:{self.path}"
 
 
-@dataclass(frozen=True)
-class PostgresTarget:
+class PostgresTarget(Struct, frozen=True):
     """A PostgreSQL database; ``settings`` are libpq parameters from the URL query (PgJDBC's translated).
 
     ``host``/``port`` is the first server; ``other_hosts`` the further ones of a multi-host URL, which libpq

@@ -8,15 +8,15 @@ or a fork of it), so a facet costs no Engine query of its own except the finish'
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.engine.url import PostgresTarget, SqliteTarget, host_port
 
 
-@dataclass(frozen=True, kw_only=True)
-class EngineDb:
+class EngineDb(Struct, frozen=True, kw_only=True):
     """Which Engine DB, as a lineage consumer may see it: dialect and schema (the facet's ``engineDb``), and
     where it lives in OpenLineage's naming (the Engine job's namespace), never a user or a credential."""
 
@@ -52,8 +52,7 @@ def place(target: PostgresTarget | SqliteTarget) -> tuple[str, str, str | None]:
     return "sqlite", str(target.path), None
 
 
-@dataclass(frozen=True, kw_only=True)
-class DagRunRef:
+class DagRunRef(Struct, frozen=True, kw_only=True):
     """The Airflow DAG run a claim or a finish ran in, as OpenLineage names it: the Engine run's parent."""
 
     dag_id: str
@@ -79,8 +78,7 @@ class DagRunRef:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Claimed:
+class Claimed(Struct, frozen=True, kw_only=True):
     """A claim's look that got (or skipped) the run."""
 
     engine_db: EngineDb
@@ -92,8 +90,7 @@ class Claimed:
     dag_run: DagRunRef | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Ended:
+class Ended(Struct, frozen=True, kw_only=True):
     """A recorded task's attempt as its end was written (``AUD_TASK_ATTEMPTS`` and, unmapped, its task run)."""
 
     engine_db: EngineDb
@@ -108,8 +105,7 @@ class Ended:
     counts: tuple[int | None, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Finished:
+class Finished(Struct, frozen=True, kw_only=True):
     """A finish's outcome, with the Engine it was written to (the facet reads the run's task totals there)."""
 
     engine: Any

@@ -15,9 +15,10 @@ failed by that late executor event as a "state mismatch" (docs/deferred-waits.md
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.runs.changes import watch_state
 from airflow_provider_etl_craft.settings import setting
@@ -32,8 +33,7 @@ T = TypeVar("T")
 DEFERRAL_GRACE = timedelta(minutes=5)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Wait:
+class Wait(Struct, frozen=True, kw_only=True):
     """What a deferred wait watches, and where the task resumes.
 
     :param engine_db: the Airflow connection id of the Engine DB and its profile (None: the file's choice).
@@ -50,8 +50,7 @@ class Wait:
     claim: bool = False
 
 
-@dataclass(frozen=True)
-class Look(Generic[T]):
+class Look(Struct, Generic[T], frozen=True):
     """One look of a waiting task: done (with its value), or still waiting (for ``reason``, if it says)."""
 
     done: bool

@@ -9,8 +9,9 @@ ends with and without it and compares every ``AUD_`` row.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.dialects.base import OneStatement
@@ -94,8 +95,7 @@ class ParkAttempt(Transition):
             raise closed_by_someone_else(handle)
 
 
-@dataclass(frozen=True)
-class _Ending:
+class _Ending(Struct, frozen=True):
     """What an ended attempt writes to its row and its task run's."""
 
     attempt_status: AttemptStatus

@@ -17,7 +17,8 @@ only say when to read it again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.engine.dbapi import Connection
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
@@ -83,8 +84,7 @@ def fingerprints(
     return found
 
 
-@dataclass(frozen=True)
-class Watch:
+class Watch(Struct, frozen=True):
     """The pipelines one wait watches (their ids), read once per connection."""
 
     engine: EngineDialect

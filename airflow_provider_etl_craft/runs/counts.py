@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import astuple, dataclass, fields, replace
 from typing import Any
+
+from msgspec import Struct
+from msgspec.structs import astuple, fields, replace
 
 from airflow_provider_etl_craft.errors import TaskFailedError
 
@@ -12,8 +14,7 @@ from airflow_provider_etl_craft.errors import TaskFailedError
 MAX_ERROR_CHARS = 4000
 
 
-@dataclass(frozen=True)
-class TaskCounts:
+class TaskCounts(Struct, frozen=True):
     """The documented count shape; every field is optional.
 
     A task callable may return:

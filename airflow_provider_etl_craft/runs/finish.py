@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, NamedTuple
+
+from msgspec.structs import replace
 
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect, ServerFunction

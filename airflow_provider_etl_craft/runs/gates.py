@@ -18,8 +18,9 @@ The truth table (:func:`judge_status`) and the run conditions (:func:`combine`) 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
@@ -80,8 +81,7 @@ class GateSkipped(Exception):  # noqa: N818 - an outcome, not an error
         self.reason = reason
 
 
-@dataclass(frozen=True, kw_only=True)
-class Edge:
+class Edge(Struct, frozen=True, kw_only=True):
     """One active dependency row."""
 
     kind: str  # "pipeline" or "task"
@@ -101,8 +101,7 @@ class Edge:
         return f"{self.dependency_type} on {what}"
 
 
-@dataclass(frozen=True)
-class Observed:
+class Observed(Struct, frozen=True):
     """The upstream state an edge is judged on; ``status`` None means nothing (new) has finished."""
 
     status: str | None
@@ -113,16 +112,14 @@ class Observed:
     rows_written: int | None = None
 
 
-@dataclass(frozen=True)
-class EdgeVerdict:
+class EdgeVerdict(Struct, frozen=True):
     edge: Edge
     result: GateResult
     reason: str
     observed: Observed
 
 
-@dataclass(frozen=True)
-class GateVerdict:
+class GateVerdict(Struct, frozen=True):
     """The gate's decision; ``decided`` holds the edges to record (those still waiting are left out)."""
 
     result: GateResult

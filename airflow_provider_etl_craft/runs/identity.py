@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.engine.actor import ActorKind
 
@@ -17,8 +18,7 @@ CODE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 TEMPORARY_RUN_PREFIX = "__airflow_temporary_run_"
 
 
-@dataclass(frozen=True)
-class RunIdentity:
+class RunIdentity(Struct, frozen=True):
     """One Airflow DAG run as the Engine DB sees it.
 
     ``run_key`` and ``actor`` are both ``airflow:<dag_id>:<run_id>``; ``run_date`` is the logical date, or

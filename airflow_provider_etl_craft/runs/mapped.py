@@ -8,7 +8,8 @@ by the pipeline's finish with Airflow's own view of every map index.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.runs.vocabulary import LIVE_ATTEMPT, AttemptStatus, TaskRunStatus
 
@@ -16,8 +17,7 @@ from airflow_provider_etl_craft.runs.vocabulary import LIVE_ATTEMPT, AttemptStat
 AIRFLOW_FAILED = frozenset({"failed"})
 
 
-@dataclass(frozen=True)
-class IndexAttempt:
+class IndexAttempt(Struct, frozen=True):
     """The latest attempt of one map index (or what Airflow says of an index that recorded none)."""
 
     status: AttemptStatus
@@ -26,8 +26,7 @@ class IndexAttempt:
     counts: Sequence[int | None] = (None,) * 6
 
 
-@dataclass(frozen=True)
-class Settled:
+class Settled(Struct, frozen=True):
     status: TaskRunStatus
     counts: tuple[int | None, ...]
     error: str | None

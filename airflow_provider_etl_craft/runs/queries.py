@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import UTC, date, datetime
 from typing import Any
 
+from msgspec import Struct
+
 from airflow_provider_etl_craft.engine.dbapi import Connection
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.engine.schema import require_current
@@ -286,10 +288,12 @@ def iso_utc(value: datetime) -> str:
 
 
 def as_json(value: Any) -> Any:
-    """Dataclasses as dicts (field order kept), tuples as lists, datetimes as :func:`iso_utc` text, dates as
-    ``YYYY-MM-DD``."""
+    """Records (dataclasses, structs) as dicts (field order kept), tuples as lists, datetimes as :func:`iso_utc`
+    text, dates as ``YYYY-MM-DD``."""
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: as_json(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Struct):
+        return {name: as_json(getattr(value, name)) for name in value.__struct_fields__}
     if isinstance(value, list | tuple):
         return [as_json(v) for v in value]
     if isinstance(value, dict):

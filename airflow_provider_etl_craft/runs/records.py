@@ -7,9 +7,11 @@ fetched row with ``from_db``; the statements that read them splice the column li
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
+
+from msgspec import Struct
+from msgspec.structs import astuple
 
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.runs.vocabulary import ClaimAction, RunStatus
@@ -19,8 +21,7 @@ ALERT_HANDLER = "EMAIL_ALERT"
 SKIP_NOTE = "skipped: "
 
 
-@dataclass(frozen=True)
-class Pipeline:
+class Pipeline(Struct, frozen=True):
     """A ``CFG_PIPELINES`` row: the active one of a code, else its newest retired one."""
 
     #: The row of a pipeline code (active first, else the newest retired); parameter: PIPELINE_CODE.
@@ -47,8 +48,7 @@ class Pipeline:
         )
 
 
-@dataclass(frozen=True)
-class RunRow:
+class RunRow(Struct, frozen=True):
     """The columns of an ``AUD_PIPELINES_RUN_LOG`` row the lifecycle decides on."""
 
     #: The columns :meth:`from_db` reads, in order, for statements that alias the run table ``r``.
@@ -89,8 +89,7 @@ class RunRow:
         )
 
 
-@dataclass(frozen=True)
-class Pause:
+class Pause(Struct, frozen=True):
     """An open ``AUD_PIPELINE_PAUSES`` row (``RESUMED_AT IS NULL``): claims skip the pipeline's DAG runs."""
 
     #: The pipeline's open pause (the schema allows one); parameter: PIPELINE_ID.
@@ -125,8 +124,7 @@ class Pause:
         return f"pipeline {code} is paused by {self.paused_by or 'someone'}{since}: {self.reason or 'no reason given'}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class AttemptHandle:
+class AttemptHandle(Struct, frozen=True, kw_only=True):
     """The live attempt a task try writes to; ``owner_id`` proves it is still this try's row at the end."""
 
     pipeline_run_id: int
@@ -143,8 +141,7 @@ class AttemptHandle:
     actor: str | None = None
 
 
-@dataclass(frozen=True)
-class ClaimOutcome:
+class ClaimOutcome(Struct, frozen=True):
     """What a claim did.
 
     ``action``: CREATED, RESUMED (retry of the claim), REOPENED (a cleared DAG run), BLOCKED (another run of
@@ -167,8 +164,7 @@ class ClaimOutcome:
     lenient_tasks: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class FinishOutcome:
+class FinishOutcome(Struct, frozen=True):
     pipeline_run_id: int
     status: RunStatus
     already_ended: bool = False
@@ -178,7 +174,15 @@ class FinishOutcome:
     sla_status: str | None = None
     #: Seconds from the run's START_DATE to the END_DATE this finish wrote, where the finish knows it without one
     #: more statement (its transaction form); None otherwise (see ``finish.run_duration``). Not compared.
-    duration: float | None = field(default=None, compare=False)
+    duration: float | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FinishOutcome):
+            return NotImplemented
+        return astuple(self)[:-1] == astuple(other)[:-1]
+
+    def __hash__(self) -> int:
+        return hash(astuple(self)[:-1])
 
 
 def map_key(map_index: int | None) -> int:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, NoReturn
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from airflow_provider_etl_craft.engine.dbapi import Cursor
 from airflow_provider_etl_craft.engine.dialects.base import OneStatement
@@ -116,8 +118,7 @@ class StartCall(NamedTuple):
 _ROUNDS = 4
 
 
-@dataclass(frozen=True)
-class Try:
+class Try(Struct, frozen=True):
     """One Airflow try of a task in a DAG run, as the start of its attempt needs it."""
 
     pipeline_code: str
@@ -141,8 +142,7 @@ class Try:
         )
 
 
-@dataclass(frozen=True)
-class _Context:
+class _Context(Struct, frozen=True):
     """The row of :data:`_TRY_CONTEXT`."""
 
     task_id: int

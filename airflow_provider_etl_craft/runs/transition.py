@@ -7,7 +7,6 @@ subclass with one public entry; :class:`~.lifecycle.RunLifecycle` is the front o
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -18,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
+
+from msgspec import structs
 
 from airflow_provider_etl_craft.engine import actor
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor
@@ -241,7 +242,7 @@ def _as_run_actor(entry: Callable[..., Any]) -> Callable[..., Any]:
         with actor.acting_as(name, ACTOR_KIND):
             result = entry(self, *args, **kwargs)
         if isinstance(result, AttemptHandle) and result.actor is None:
-            return dataclasses.replace(result, actor=name)
+            return structs.replace(result, actor=name)
         return result
 
     return call

@@ -7,9 +7,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.engine.dbapi import Connection, Cursor, Row
 
@@ -18,16 +19,14 @@ if TYPE_CHECKING:
     from airflow_provider_etl_craft.errors import EtlCraftError
 
 
-@dataclass(frozen=True)
-class StatementResult:
+class StatementResult(Struct, frozen=True):
     """What one statement returned: its rows (empty for statements without results) and its row count."""
 
     rows: list[Row]
     rowcount: int
 
 
-@dataclass(frozen=True)
-class ServerFunction:
+class ServerFunction(Struct, frozen=True):
     """A server-side function of an ENGINE migration that runs a transition in one call (PostgreSQL's
     ``ETL_CRAFT_CLAIM``, ``ETL_CRAFT_FINISH``), declared by the transition's ``runs/`` module.
 
@@ -40,8 +39,7 @@ class ServerFunction:
     types: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class OneStatement:
+class OneStatement(Struct, frozen=True):
     """Several dependent writes of a transition as one statement (a data-modifying ``WITH``), declared by the
     transition's ``runs/`` module with ``?`` placeholders; :meth:`EngineDialect.write_at_once` runs it where the
     database can.

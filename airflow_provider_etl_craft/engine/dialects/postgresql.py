@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft.config.profile import SCHEMA_NAME
 from airflow_provider_etl_craft.engine import actor, locks
@@ -735,8 +736,7 @@ _SET_ACTOR_FOR_CALL = (
 )
 
 
-@dataclass(frozen=True)
-class _Failed:
+class _Failed(Struct, frozen=True):
     """A command the Engine DB failed, as :meth:`PostgresDialect.classify` describes it."""
 
     code: str | None  #: the SQLSTATE, if the driver gave one
@@ -813,8 +813,7 @@ _BY_SQLSTATE: tuple[
 )
 
 
-@dataclass(frozen=True)
-class _Refused:
+class _Refused(Struct, frozen=True):
     """A connect libpq failed, and what the server answered the probe, as :meth:`PostgresDialect._refusal`
     describes it."""
 

@@ -20,7 +20,6 @@ scheduler sends) are shown beside them; they vary by far more than the listener 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,6 +29,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from bench.isolated import part_main, part_parser, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The lineage cost per task the target admits (docs/benchmarks.md): on minus off, median ``listener_ms``.
@@ -129,17 +130,6 @@ def _mode_env(env: dict[str, str], mode: str, events: Path) -> dict[str, str]:
     return out
 
 
-def _run_child(env: dict[str, str], dag_file: Path, logical_date: datetime) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.lineage_cost", "--child", str(dag_file), logical_date.isoformat()]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"the task process failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
-    return dict(json.loads(lines[-1]))
-
-
 def _facet_events(events: Path) -> int:
     """Events in the file transport's file that carry the ``etl_craft_run`` facet."""
     if not events.exists():
@@ -164,7 +154,7 @@ def _try(hook: Any, env: dict[str, str], dag_file: Path, logical_date: datetime)
         lc.claim(PIPELINE_CODE, identity)
     facets_log = Path(env[FACETS_LOG])
     facets_log.unlink(missing_ok=True)
-    sample = _run_child(env, dag_file, logical_date)
+    sample = run_child("bench.lineage_cost", env, dag_file, logical_date)
     lines = facets_log.read_text().split() if facets_log.exists() else []
     sample["facets_ms"] = sum(float(line) for line in lines)
     with hook.lifecycle() as lc:
@@ -252,21 +242,8 @@ def targets(result: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--child":
-        print(json.dumps(child(Path(argv[1]), argv[2])), flush=True)
-        return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args(argv)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    results = measure(args.workdir.resolve(), args.repeats)
-    print(section(results))
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
-    return 0
+    parser = part_parser(__doc__, repeats=7)
+    return part_main(argv, parser, child, lambda args, workdir: measure(workdir, args.repeats), section)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ and a PostgreSQL Engine DB; ``repeats`` tries each, alternating; medians, and re
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,6 +29,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from bench.isolated import part_main, part_parser, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE_CODE = "BENCH_TASK"
@@ -162,17 +163,6 @@ def child(dag_file: Path, logical_date: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the parent
 
 
-def _run_child(env: dict[str, str], dag_file: Path, logical_date: datetime) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.task_cost", "--child", str(dag_file), logical_date.isoformat()]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"the task process failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
-    return json.loads(lines[-1])
-
-
 def _summary(samples: list[dict[str, Any]]) -> dict[str, float]:
     keys = ("import_ms", "before_ms", "after_ms")
     out = {k: statistics.median(s[k] for s in samples) for k in keys}
@@ -214,7 +204,7 @@ def measure_engine(
                 identity = RunIdentity("bench_cost_recorded", run_id, logical_date)
                 with hook.lifecycle() as lc:
                     lc.claim(PIPELINE_CODE, identity)
-            sample = _run_child(env, dags[kind], logical_date)
+            sample = run_child("bench.task_cost", env, dags[kind], logical_date)
             if identity is not None:
                 with hook.lifecycle() as lc:
                     finished = lc.finish_run(PIPELINE_CODE, identity, {TASK_CODE: "success"})
@@ -294,22 +284,15 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--child":
-        print(json.dumps(child(Path(argv[1]), argv[2])), flush=True)
-        return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = part_parser(__doc__, repeats=5)
     parser.add_argument("--skip-postgresql", action="store_true")
-    args = parser.parse_args(argv)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    results = measure(args.workdir.resolve(), args.repeats, not args.skip_postgresql)
-    print(render(results))
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
-    return 0
+    return part_main(
+        argv,
+        parser,
+        child,
+        lambda args, workdir: measure(workdir, args.repeats, not args.skip_postgresql),
+        render,
+    )
 
 
 if __name__ == "__main__":

@@ -437,13 +437,7 @@ def _add_purge_arguments(cmd: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write each batch's rows to DIR before deleting them (JSON Lines and a sha256 manifest)",
     )
-    cmd.add_argument(
-        "--by",
-        default=_default_actor(),
-        type=_text,
-        metavar="NAME",
-        help="who (default: the login name; stored in AUD_ENGINE_PURGES with kind HUMAN)",
-    )
+    _add_by_argument(cmd, "AUD_ENGINE_PURGES")
     cmd.add_argument(
         "--format", choices=("table", "json"), default="table", help="table (default) or one JSON document"
     )  # fmt: skip
@@ -522,12 +516,18 @@ def _add_pause_arguments(cmd: argparse.ArgumentParser) -> None:
         "--pipeline", required=True, type=_text, metavar="CODE", help="PIPELINE_CODE in CFG_PIPELINES"
     )
     cmd.add_argument("--reason", required=True, type=_text, help="why (stored in AUD_PIPELINE_PAUSES)")
+    _add_by_argument(cmd)
+
+
+def _add_by_argument(cmd: argparse.ArgumentParser, table: str | None = None) -> None:
+    """--by: who asks (default: the login name), stored (in ``table``, where named) with kind HUMAN."""
+    stored = f"stored in {table}" if table else "stored"
     cmd.add_argument(
         "--by",
         default=_default_actor(),
         type=_text,
         metavar="NAME",
-        help="who (default: the login name; stored with kind HUMAN)",
+        help=f"who (default: the login name; {stored} with kind HUMAN)",
     )
 
 

@@ -8,10 +8,12 @@ was retired and re-added through a migration keeps its history. Newest means the
 from __future__ import annotations
 
 import difflib
+import functools
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 
 from msgspec import Struct
 
@@ -22,11 +24,18 @@ from airflow_provider_etl_craft.errors import MetadataError
 from airflow_provider_etl_craft.runs.records import Pause, Pipeline
 from airflow_provider_etl_craft.runs.vocabulary import TaskRunStatus
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 #: Order of the task statuses in a run's summary ("3 SUCCESS, 1 SKIPPED"); others follow alphabetically.
 STATUS_ORDER = tuple(TaskRunStatus)
 #: The largest LIMIT both drivers bind (a signed 64-bit integer); larger requests mean "all runs".
 MAX_LIMIT = 2**63 - 1
+#: A record read from a row (:meth:`RunQueries._record`).
+R = TypeVar("R", bound="DataclassInstance")
 
+# A record's fields are its query's columns in order (after the leading column the rows are grouped by, where
+# there is one): a row is read into its record by position, each value as its field's type says.
 _RUNS = (
     "SELECT r.PIPELINE_RUN_ID, r.STATUS, r.RUN_KEY, r.RUN_DATE, r.START_DATE, r.END_DATE, r.SLA_STATUS, "
     "r.OUTPUT_REVISION, r.TRIGGER_KIND, r.BACKFILL, "
@@ -36,6 +45,8 @@ _RUNS = (
 _RECENT_RUNS = (
     _RUNS + "WHERE p.PIPELINE_CODE = ? AND r.PIPELINE_RUN_ID < ? ORDER BY r.PIPELINE_RUN_ID DESC LIMIT ?"
 )
+#: The r.* columns of :data:`_RUNS` (:class:`RunInfo`'s first fields); the p.* columns after them: a Pipeline.
+_RUN_COLUMNS = 10
 _RUN_BY_ID = _RUNS + "WHERE r.PIPELINE_RUN_ID = ?"
 #: A run key is unique per pipeline, so one Airflow DAG run may be the Engine run of several pipelines.
 _RUNS_BY_KEY = _RUNS + "WHERE r.RUN_KEY = ? ORDER BY r.PIPELINE_RUN_ID"
@@ -315,9 +326,29 @@ class RunQueries:
     def __init__(self, engine: EngineDialect, conn: Connection) -> None:
         self.engine = engine
         self.conn = conn
+        #: How :meth:`_record` reads a column into a field of each type; a field of another type is an error.
+        self._readers: dict[Any, Callable[[Any], Any]] = {
+            int: int,
+            int | None: _int,
+            str: _same,
+            str | None: _same,
+            datetime | None: engine.from_db_time,
+            date | None: engine.from_db_date,
+        }
+        #: The readers of a record's first columns, by record and number of columns (built once).
+        self._plans: dict[tuple[type, int], tuple[Callable[[Any], Any], ...]] = {}
 
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self.engine.query(self.conn, sql, params)
+
+    def _record(self, cls: type[R], row: Sequence[Any], **given: Any) -> R:
+        """A ``cls`` from ``row``, whose columns are ``cls``'s first fields in order, each read as its field's
+        type says (:attr:`_readers`); the fields after them are ``given`` or keep their defaults."""
+        plan = self._plans.get((cls, len(row)))
+        if plan is None:
+            kinds = _field_types(cls)[: len(row)]
+            plan = self._plans[cls, len(row)] = tuple(self._readers[kind] for kind in kinds)
+        return cls(*[read(value) for read, value in zip(plan, row, strict=True)], **given)
 
     def check_tables(self) -> None:
         """:raises EngineDBError: the Engine schema is not CURRENT (see :class:`~...engine.schema.Verdict`).
@@ -349,21 +380,12 @@ class RunQueries:
 
     def pipelines(self) -> list[PipelineSummary]:
         """Every pipeline code (its active row, else its newest retired one) with open pause and newest run."""
-        t = self.engine.from_db_time
         pauses = {int(row[0]): Pause.from_db(self.engine, row[1:]) for row in self._rows(Pause.ALL_OPEN)}
         latest: dict[str, LatestRun] = {}
         for row in self._rows(_LATEST_RUNS):
-            known = latest.get(row[0])
-            if known is None or int(row[1]) > known.pipeline_run_id:
-                latest[row[0]] = LatestRun(
-                    pipeline_run_id=int(row[1]),
-                    status=row[2],
-                    run_key=row[3],
-                    run_date=self.engine.from_db_date(row[4]),
-                    start_date=t(row[5]),
-                    end_date=t(row[6]),
-                    sla_status=row[7],
-                )
+            known, run = latest.get(row[0]), self._record(LatestRun, row[1:])
+            if known is None or run.pipeline_run_id > known.pipeline_run_id:
+                latest[row[0]] = run
         chosen: dict[str, Pipeline] = {}
         for row in self._rows(_PIPELINES):
             chosen.setdefault(row[1], Pipeline.from_db(row))
@@ -431,23 +453,9 @@ class RunQueries:
     def _detailed(self, rows: list[tuple[Any, ...]]) -> list[tuple[Pipeline, RunInfo]]:
         """Run rows (:data:`_RUNS` columns) with their pipeline rows, task runs, attempts, gate decisions and
         interventions: four queries per pipeline code over the runs' id range, whatever the number of runs."""
-        t = self.engine.from_db_time
-        found = []
-        for row in rows:
-            run_id, status, key, run_date, start, end, sla, revision, trigger, backfill = row[:10]
-            run = RunInfo(
-                pipeline_run_id=int(run_id),
-                status=status,
-                run_key=key,
-                run_date=self.engine.from_db_date(run_date),
-                start_date=t(start),
-                end_date=t(end),
-                sla_status=sla,
-                output_revision=int(revision),
-                trigger_kind=trigger,
-                backfill=backfill,
-            )
-            found.append((Pipeline.from_db(row[10:]), run))
+        found = [
+            (Pipeline.from_db(row[_RUN_COLUMNS:]), self._record(RunInfo, row[:_RUN_COLUMNS])) for row in rows
+        ]
         by_code: dict[str, list[int]] = {}
         for pipeline, run in found:
             by_code.setdefault(pipeline.pipeline_code, []).append(run.pipeline_run_id)
@@ -472,102 +480,43 @@ class RunQueries:
         Runs of other pipelines inside the id range are filtered out by code; runs the caller did not ask
         for are never looked up in the result.
         """
-        t = self.engine.from_db_time
         attempts = self._attempts(span)
         tasks: dict[int, list[TaskRunInfo]] = {}
         for row in self._rows(_TASK_RUNS, span):
-            run_id, trid, task_code, status, attempt_count = row[:5]
-            source, target, inserted, updated, deleted, written = (
-                None if c is None else int(c) for c in row[5:11]
-            )
-            start, end, error, log = row[11:]
-            tasks.setdefault(int(run_id), []).append(
-                TaskRunInfo(
-                    task_run_id=int(trid),
-                    task_code=task_code,
-                    status=status,
-                    attempt_count=int(attempt_count),
-                    source_count=source,
-                    target_count=target,
-                    insert_count=inserted,
-                    update_count=updated,
-                    delete_count=deleted,
-                    rows_written=written,
-                    start_date=t(start),
-                    end_date=t(end),
-                    error_message=error,
-                    task_log=log,
-                    attempts=tuple(attempts.get(int(trid), ())),
-                )
-            )
+            done = tuple(attempts.get(int(row[1]), ()))  # row[1]: TASK_RUN_ID
+            tasks.setdefault(int(row[0]), []).append(self._record(TaskRunInfo, row[1:], attempts=done))
         return tasks
 
     def _gate_decisions(self, span: tuple[str, int, int]) -> dict[int, list[GateDecisionInfo]]:
-        t = self.engine.from_db_time
         decisions: dict[int, list[GateDecisionInfo]] = {}
         for row in self._rows(_GATE_DECISIONS, span):
-            run_id, did, attempt, task, up_pipeline, up_task, result, reason, sel_run, sel_task, rev, at = row
-            decisions.setdefault(int(run_id), []).append(
-                GateDecisionInfo(
-                    decision_id=int(did),
-                    attempt_id=_int(attempt),
-                    task_code=task,
-                    depends_on_pipeline_code=up_pipeline,
-                    depends_on_task_code=up_task,
-                    result=result,
-                    reason=reason,
-                    selected_pipeline_run_id=_int(sel_run),
-                    selected_task_run_id=_int(sel_task),
-                    selected_revision=_int(rev),
-                    decided_at=t(at),
-                )
-            )
+            decisions.setdefault(int(row[0]), []).append(self._record(GateDecisionInfo, row[1:]))
         return decisions
 
     def _interventions(self, span: tuple[str, int, int]) -> dict[int, list[InterventionInfo]]:
-        t = self.engine.from_db_time
         found: dict[int, list[InterventionInfo]] = {}
-        for run_id, iid, task, action, from_status, to_status, reason, by, kind, at in self._rows(
-            _INTERVENTIONS, span
-        ):
-            found.setdefault(int(run_id), []).append(
-                InterventionInfo(
-                    intervention_id=int(iid),
-                    task_code=task,
-                    action=action,
-                    from_status=from_status,
-                    to_status=to_status,
-                    reason=reason,
-                    requested_by=by,
-                    requested_by_kind=kind,
-                    requested_at=t(at),
-                )
-            )
+        for row in self._rows(_INTERVENTIONS, span):
+            found.setdefault(int(row[0]), []).append(self._record(InterventionInfo, row[1:]))
         return found
 
     def _attempts(self, span: tuple[str, int, int]) -> dict[int, list[AttemptInfo]]:
         """The attempts of the task runs in ``span`` (pipeline code, first and last run id), by task run."""
-        t = self.engine.from_db_time
         attempts: dict[int, list[AttemptInfo]] = {}
-        for task_run_id, aid, index, number, status, host, pid, started, ended, error, queued in self._rows(
-            _ATTEMPTS, span
-        ):
-            attempts.setdefault(int(task_run_id), []).append(
-                AttemptInfo(
-                    attempt_id=int(aid),
-                    map_index=None if index is None else int(index),
-                    attempt_number=int(number),
-                    status=status,
-                    host=host,
-                    pid=None if pid is None else int(pid),
-                    started_at=t(started),
-                    ended_at=t(ended),
-                    error_message=error,
-                    queued_at=t(queued),
-                )
-            )
+        for row in self._rows(_ATTEMPTS, span):
+            attempts.setdefault(int(row[0]), []).append(self._record(AttemptInfo, row[1:]))
         return attempts
+
+
+@functools.cache
+def _field_types(cls: type[DataclassInstance]) -> tuple[Any, ...]:
+    """The types of ``cls``'s fields, in order (resolved from the annotations)."""
+    hints = get_type_hints(cls)
+    return tuple(hints[f.name] for f in fields(cls))
 
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _same(value: Any) -> Any:
+    return value

@@ -44,6 +44,10 @@ _THROUGH = "through a project migration"
 #: * ``PIPELINE_DEPENDENCY``: an active pipeline dependency of this pipeline, or of a pipeline upstream of it
 #:   through active dependencies on active pipelines (dependent code, type, upstream code and ACTIVE_FLAG):
 #:   enough to find every cycle through this pipeline. The recursion's UNION stops at pipelines seen already.
+#:
+#: The pipeline's own rows are read through ``IN (SELECT … FROM target/reach)``, not a join with the CTE: SQLite
+#: cannot tell how many rows a CTE holds, and once an Engine DB is analysed it then built an automatic index over
+#: every configured task (or scanned every pipeline dependency) rather than look up the pipeline's own.
 GRAPH_SQL = (
     "WITH RECURSIVE target (PIPELINE_ID) AS ("
     "SELECT PIPELINE_ID FROM {schema}CFG_PIPELINES WHERE PIPELINE_CODE = ? AND ACTIVE_FLAG = 'Y'"
@@ -59,17 +63,19 @@ GRAPH_SQL = (
     "CASE WHEN d.DEPENDS_ON_PIPELINE_ID = t.PIPELINE_ID THEN 'Y' ELSE 'N' END, "
     "CASE WHEN ut.PIPELINE_ID = d.DEPENDS_ON_PIPELINE_ID THEN 'Y' ELSE 'N' END, "
     "CASE WHEN d.DEPENDS_ON_TASK_ID = d.TASK_ID THEN 'Y' ELSE 'N' END "
-    "FROM target g JOIN {schema}CFG_TASKS t ON t.PIPELINE_ID = g.PIPELINE_ID AND t.ACTIVE_FLAG = 'Y' "
+    "FROM {schema}CFG_TASKS t "
     "LEFT JOIN {schema}CFG_TASK_DEPENDENCY d ON d.TASK_ID = t.TASK_ID AND d.ACTIVE_FLAG = 'Y' "
     "LEFT JOIN {schema}CFG_TASKS ut ON ut.TASK_ID = d.DEPENDS_ON_TASK_ID "
     "LEFT JOIN {schema}CFG_PIPELINES up ON up.PIPELINE_ID = ut.PIPELINE_ID "
     "LEFT JOIN {schema}CFG_PIPELINES np ON np.PIPELINE_ID = d.DEPENDS_ON_PIPELINE_ID "
+    "WHERE t.PIPELINE_ID IN (SELECT PIPELINE_ID FROM target) AND t.ACTIVE_FLAG = 'Y' "
     "UNION ALL "
     "SELECT 'PIPELINE_DEPENDENCY', dp.PIPELINE_CODE, NULL, NULL, d.DEPENDENCY_TYPE, NULL, NULL, u.PIPELINE_CODE, "
     "u.ACTIVE_FLAG, NULL, NULL, NULL, NULL "
-    "FROM reach r JOIN {schema}CFG_PIPELINE_DEPENDENCY d ON d.PIPELINE_ID = r.PIPELINE_ID AND d.ACTIVE_FLAG = 'Y' "
+    "FROM {schema}CFG_PIPELINE_DEPENDENCY d "
     "JOIN {schema}CFG_PIPELINES dp ON dp.PIPELINE_ID = d.PIPELINE_ID "
-    "JOIN {schema}CFG_PIPELINES u ON u.PIPELINE_ID = d.DEPENDS_ON_PIPELINE_ID"
+    "JOIN {schema}CFG_PIPELINES u ON u.PIPELINE_ID = d.DEPENDS_ON_PIPELINE_ID "
+    "WHERE d.PIPELINE_ID IN (SELECT PIPELINE_ID FROM reach) AND d.ACTIVE_FLAG = 'Y'"
 )
 #: Every active pipeline code, for ``validate`` without ``--pipeline``.
 ACTIVE_PIPELINES_SQL = (

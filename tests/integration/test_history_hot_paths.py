@@ -45,13 +45,18 @@ _KEYWORDS = frozenset(
 
 
 def _engine_db(
-    make_engine: Callable[..., EngineSetup], folder: Path, *, with_history: bool, dialect: str = "sqlite"
+    make_engine: Callable[..., EngineSetup],
+    folder: Path,
+    *,
+    with_history: bool,
+    dialect: str = "sqlite",
+    pipelines: int = SIZES.pipelines,
 ) -> EngineDBHook:
-    """An Engine DB with the bench's pipelines, and its history when ``with_history``."""
+    """An Engine DB with the bench's pipelines (``pipelines`` of them), and its history when ``with_history``."""
     setup = make_engine(dialect, folder)
     hook = setup.hook()
     hook.init_db()
-    history.seed(hook, SIZES.pipelines)
+    history.seed(hook, pipelines)
     if with_history:
         history.generate(hook, SIZES)
     return setup.hook()
@@ -89,8 +94,8 @@ class _SqliteRun:
         run_pipeline(_lifecycles(hook, opened), history.BENCH_PIPELINE, CODES, new_identity(history.DAG_ID))
 
 
-def _aud_scans(conn: sqlite3.Connection, statements: list[str]) -> list[str]:
-    """Plan steps that SCAN an AUD_ table (by its name or alias) in any of ``statements``."""
+def _aud_scans(conn: sqlite3.Connection, statements: list[str], prefix: str = "AUD_") -> list[str]:
+    """Plan steps that SCAN a table named ``prefix…`` (by its name or alias) in any of ``statements``."""
     found: list[str] = []
     seen: set[str] = set()
     for text in statements:
@@ -99,7 +104,7 @@ def _aud_scans(conn: sqlite3.Connection, statements: list[str]) -> list[str]:
         seen.add(text)
         names = {
             name.upper()
-            for table, alias in re.findall(r"\b(AUD_\w+)(?:\s+(?:AS\s+)?(\w+))?", text, re.IGNORECASE)
+            for table, alias in re.findall(rf"\b({prefix}\w+)(?:\s+(?:AS\s+)?(\w+))?", text, re.IGNORECASE)
             for name in (table, alias)
             if name and name.upper() not in _KEYWORDS
         }
@@ -129,6 +134,38 @@ def test_a_full_run_on_sqlite_takes_the_same_steps_with_history_as_without(
     assert not grown, f"VM steps (empty DB, history DB) of the steps that grow with history: {grown}"
     with closing(hooks["history"].engine.connect()) as conn:
         scans = _aud_scans(conn, runs["history"].statements)
+    assert not scans, "\n".join(scans)
+
+
+#: Configured pipelines of the smaller and the larger Engine DB (each other pipeline has 20 tasks).
+FEW, MANY = 2, 50
+#: VM steps the claim may take more among MANY pipelines than among FEW: the measured pipeline's own rows are
+#: the same, and one pass over the other pipelines' 960 tasks takes thousands.
+CFG_SLACK = 200
+
+
+@pytest.mark.parametrize("statistics", [False, True], ids=["never-analysed", "analysed"])
+def test_a_claim_on_sqlite_reads_only_its_own_pipelines_configuration(
+    make_engine: Callable[..., EngineSetup], tmp_path: Path, statistics: bool
+) -> None:
+    """A platform runs hundreds of pipelines on one Engine DB: the claim's dependency graph (one statement over
+    CFG_TASKS, CFG_TASK_DEPENDENCY, CFG_PIPELINE_DEPENDENCY) reads the claimed pipeline's rows, not every
+    pipeline's, whether or not the DB has planner statistics."""
+    hooks = {
+        count: _engine_db(make_engine, tmp_path / str(count), with_history=False, pipelines=count)
+        for count in (FEW, MANY)
+    }
+    if statistics:
+        for hook in hooks.values():
+            with closing(hook.engine.connect()) as conn:
+                conn.execute("ANALYZE")
+    runs = {count: _SqliteRun(hook) for count, hook in hooks.items()}
+    few, many = runs[FEW].steps["claim"], runs[MANY].steps["claim"]
+    assert many <= few + CFG_SLACK, f"VM steps of a claim among {FEW} pipelines: {few}, among {MANY}: {many}"
+    claim = [text for text in runs[MANY].statements if "CFG_TASK_DEPENDENCY" in text]
+    assert claim, "the claim read no dependency graph"
+    with closing(hooks[MANY].engine.connect()) as conn:
+        scans = _aud_scans(conn, claim, prefix="CFG_")
     assert not scans, "\n".join(scans)
 
 

@@ -99,6 +99,7 @@ def test_init_db_operator_prepares_the_engine_db_in_a_dag(
         ("ENGINE", "0004_cfg_semantics.sql"),
         ("ENGINE", "0005_purge.sql"),
         ("ENGINE", "0006_history_indexes.sql"),
+        ("ENGINE", "0007_config_indexes.sql"),
         ("PROJECT", "0001_example_pipeline.sql"),
         ("PROJECT", "0002_notify_failure_dependencies.sql"),
     ]

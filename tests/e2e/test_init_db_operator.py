@@ -67,4 +67,5 @@ def test_init_db_operator_succeeds_and_returns_what_it_did(
         ("ENGINE", "0004_cfg_semantics.sql"),
         ("ENGINE", "0005_purge.sql"),
         ("ENGINE", "0006_history_indexes.sql"),
+        ("ENGINE", "0007_config_indexes.sql"),
     ]

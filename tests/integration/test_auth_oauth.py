@@ -213,7 +213,7 @@ def test_the_access_token_logs_in_as_etl_oauth_and_init_db_works(make_hook, endp
     assert hook.init_db().created
     assert (
         _scalar(hook, "SELECT MAX(VERSION) FROM SCHEMA_MIGRATIONS WHERE SOURCE = 'ENGINE'")
-        == "0006_history_indexes.sql"
+        == "0007_config_indexes.sql"
     )
 
     assert endpoint.problems == []

@@ -628,8 +628,9 @@ def test_an_engine_db_at_0002_is_migrated_to_0003_keeping_every_row(engine: Engi
         ("0004_cfg_semantics.sql",),
         ("0005_purge.sql",),
         ("0006_history_indexes.sql",),
+        ("0007_config_indexes.sql",),
     ]
-    assert latest_version(engine.hook().engine.name) == "0006_history_indexes.sql"
+    assert latest_version(engine.hook().engine.name) == "0007_config_indexes.sql"
     if postgres:
         schema = engine.hook().engine_profile.schema
         functions = engine_functions(engine)

@@ -227,6 +227,7 @@ def test_inline_sqlite_airflow_connection(tmp_path, monkeypatch) -> None:
         ("ENGINE", "0004_cfg_semantics.sql"),
         ("ENGINE", "0005_purge.sql"),
         ("ENGINE", "0006_history_indexes.sql"),
+        ("ENGINE", "0007_config_indexes.sql"),
     ]
 
 

@@ -25,6 +25,7 @@ PENDING = (
     "0004_cfg_semantics.sql",
     "0005_purge.sql",
     "0006_history_indexes.sql",
+    "0007_config_indexes.sql",
 )
 LATEST = PENDING[-1]
 

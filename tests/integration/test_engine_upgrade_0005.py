@@ -25,7 +25,7 @@ fresh = at_0004_tests.fresh
 
 NEW = "0005_purge.sql"
 PREVIOUS = ("0002_map_index.sql", "0003_claim_finish_functions.sql", "0004_cfg_semantics.sql")
-LATER = ("0006_history_indexes.sql",)
+LATER = ("0006_history_indexes.sql", "0007_config_indexes.sql")
 
 
 def at_0004(engine: EngineSetup) -> None:

@@ -88,7 +88,7 @@ def test_init_db_adopts_an_etl_craft_engine_db_and_keeps_every_row(shared: Engin
     added = adopted["AUD_TASK_ATTEMPTS"]["columns"][len(tables["AUD_TASK_ATTEMPTS"]["columns"]) :]
     assert [c[0].upper() for c in added] == ["MAP_INDEX"]  # the one column adoption adds, at the end
     adopted["AUD_TASK_ATTEMPTS"]["columns"] = adopted["AUD_TASK_ATTEMPTS"]["columns"][: -len(added)]
-    assert added_indexes(tables, adopted) == ADDED_INDEXES  # and ENGINE 0006's indexes
+    assert added_indexes(tables, adopted) == ADDED_INDEXES  # and the indexes of ENGINE 0006 and 0007
     adopted = without_added(adopted)
     assert adopted == tables  # every other column, type, default and index of etl-craft's as it was
     provider = engine_rows(shared.hook(), f"SELECT VERSION FROM {PROVIDER_LEDGER} ORDER BY VERSION")

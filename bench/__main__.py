@@ -104,7 +104,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--dag-repeats", type=int, help="part 3: measured runs of each DAG (default 4; quick 1)"
     )
     parser.add_argument(
-        "--sched-repeats", type=int, help="part 5: ABBA rounds of each DAG (default 3; quick 1)"
+        "--sched-repeats",
+        type=int,
+        help="part 5: ABBA rounds of each DAG (default 5: a DAG run varies by a second with the scheduler loop; quick 1)",
     )
     parser.add_argument(
         "--handoffs", type=int, help="part 5: hand-offs per Engine DB and wait mode (default 10; quick 3)"
@@ -169,7 +171,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.dag_tasks = args.dag_tasks or (5 if quick else 20)
     args.dag_repeats = args.dag_repeats or (1 if quick else 4)
     args.sched_repeats, args.handoffs = (
-        args.sched_repeats or (1 if quick else 3),
+        args.sched_repeats or (1 if quick else 5),
         args.handoffs or (3 if quick else 10),
     )
     args.waits = args.waits or (100 if quick else 1000)

@@ -10,6 +10,7 @@ from typing import Any
 
 from bench import lineage_cost as lineage_part
 from bench import scheduler as scheduler_part
+from bench import task_cost as task_cost_part
 from bench.bookkeeping import OPERATIONS
 
 #: Round-trip budgets per task (statements of the operation itself).
@@ -430,6 +431,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "measured": f"{airflow['ratio']:.2f}x", "value": airflow["ratio"], "met": airflow["ratio"] <= AIRFLOW_TARGET,
         })  # fmt: skip
     out += scheduler_part.targets(results.get("scheduler"))
+    out += task_cost_part.targets(results.get("task_cost"))
     out += lineage_part.targets(results.get("lineage"))
     return out
 

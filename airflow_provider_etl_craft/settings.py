@@ -21,6 +21,8 @@ class Option(Struct, frozen=True):
     type: str  # "string", "integer", "float" or "boolean": what the provider info declares
     default: str
     description: str
+    #: A value to show beside the default (``airflow config list`` and docs/configuration.md).
+    example: str | None = None
 
     def convert(self, raw: str) -> Any:
         converters: dict[str, Callable[[str], Any]] = {"integer": int, "float": float, "boolean": _boolean}
@@ -69,6 +71,11 @@ OPTIONS: dict[str, Option] = {
                "Whether deferred waits LISTEN for the change notices of a PostgreSQL Engine DB. Set False when "
                "it is reached through a transaction-mode pooler (PgBouncer pool_mode=transaction), which "
                "does not deliver them; the waits then poll every wait_poll_interval."),
+        Option("lineage_target_namespace", "string", "",
+               "OpenLineage namespace of the warehouse a recorded task's TARGET_OBJECT parameter names a table "
+               "of (docs/lineage.md). Empty: the namespace of the datasets the wrapped operator reports, else "
+               "no dataset.",
+               example="postgres://warehouse:5432"),
     )
 }  # fmt: skip
 
@@ -101,7 +108,7 @@ def provider_config() -> dict[str, Any]:
                     "description": o.description,
                     "version_added": VERSION_ADDED,
                     "type": o.type,
-                    "example": None,
+                    "example": o.example,
                     "default": o.default,
                 }
                 for o in OPTIONS.values()

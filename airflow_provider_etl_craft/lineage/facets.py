@@ -90,13 +90,18 @@ def operator_lineage(operator: Any, when: str, task_instance: Any) -> OperatorLi
     :param when: ``start``, ``complete`` or ``failure`` (the listener's call).
     """
     own: OperatorLineage
+    records = getattr(operator, "etl_craft_records_task", False)
     if getattr(operator, "etl_craft_claims_pipeline", False):
         own = OperatorLineage(run_facets={FACET_NAME: _claim_facet(operator, when)})
-    elif getattr(operator, "etl_craft_records_task", False):
+    elif records:
         own = _task_lineage(operator, when)
     else:
         own = OperatorLineage(run_facets={FACET_NAME: _finish_facet(operator, when)})
     wrapped = _wrapped_lineage(operator, when, task_instance)
+    if records and when != "start":
+        ended: Ended | None = getattr(operator, "_etl_craft_ended", None)
+        if ended is not None:
+            own, wrapped = _with_target(operator, ended, own, wrapped)
     return own if wrapped is None else _merged(own, wrapped)
 
 
@@ -164,9 +169,22 @@ def _task_lineage(operator: Any, when: str) -> OperatorLineage:
             engine_run(ended.engine_db, operator.pipeline_code or "", ended.pipeline_run_id)
         ),
     )
-    rows = counts.get("rowsWritten")
+    rows = _rows_written(ended)
     outputs = [_output(outlet, rows) for outlet in getattr(operator, "outlets", None) or ()]
     return OperatorLineage(outputs=[o for o in outputs if o is not None], run_facets={FACET_NAME: facet})
+
+
+def _rows_written(ended: Ended) -> int | None:
+    """The attempt's ``ROWS_WRITTEN`` (``TaskCounts.values()`` order: the last count)."""
+    return ended.counts[COUNT_KEYS.index("rowsWritten")]
+
+
+def _statistics(rows: int | None) -> dict[str, Any]:
+    """The output facets of a dataset the attempt wrote: OpenLineage's output statistics, when it counted rows."""
+    if rows is None:
+        return {}
+    facet = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(rowCount=rows)
+    return {"outputStatistics": facet}
 
 
 def _output(outlet: Any, rows: int | None) -> OutputDataset | None:
@@ -178,12 +196,97 @@ def _output(outlet: Any, rows: int | None) -> OutputDataset | None:
     if not isinstance(uri, str) or not uri:
         return None
     namespace, name, facets = _dataset_name(outlet, uri)
-    statistics: dict[str, Any] = {}
-    if rows is not None:
-        statistics["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-            rowCount=rows
+    return OutputDataset(namespace=namespace, name=name, facets=facets, outputFacets=_statistics(rows))
+
+
+#: The ``CFG_TASK_PARAMETERS`` name of the warehouse table a task writes (``schema.table``), as etl-craft keeps it.
+TARGET_PARAMETER = "TARGET_OBJECT"
+
+
+def _with_target(
+    operator: Any, ended: Ended, own: OperatorLineage, wrapped: OperatorLineage | None
+) -> tuple[OperatorLineage, OperatorLineage | None]:
+    """The task's declared target (its active ``TARGET_OBJECT``) as an output dataset with the rows the
+    attempt wrote: on the wrapped operator's output dataset of that table where it reports one, else added to
+    ours, in ``[etl_craft] lineage_target_namespace`` or else the wrapped operator's datasets' namespace."""
+    target = _target_object(operator, ended)
+    if not target:
+        return own, wrapped
+    rows = _rows_written(ended)
+    if wrapped is not None and any(_same_table(d.name, target) for d in wrapped.outputs):
+        outputs = [_counted(d, rows) if _same_table(d.name, target) else d for d in wrapped.outputs]
+        return own, OperatorLineage(
+            inputs=wrapped.inputs,
+            outputs=outputs,
+            run_facets=wrapped.run_facets,
+            job_facets=wrapped.job_facets,
         )
-    return OutputDataset(namespace=namespace, name=name, facets=facets, outputFacets=statistics)
+    from airflow_provider_etl_craft.settings import setting
+
+    namespace = str(setting("lineage_target_namespace") or "").strip()
+    if not namespace and wrapped is not None:
+        reported = [*wrapped.outputs, *wrapped.inputs]
+        namespace = reported[0].namespace if reported else ""
+    if not namespace:
+        log.debug(
+            "etl-craft: %s's TARGET_OBJECT %s is not reported: no [etl_craft] lineage_target_namespace, and the "
+            "operator reports no dataset to take one from",
+            operator.task_code,
+            target,
+        )
+        return own, wrapped
+    if any(d.namespace == namespace and _same_table(d.name, target) for d in own.outputs):
+        return own, wrapped  # an outlets Asset names it already, with the rows
+    dataset = OutputDataset(namespace=namespace, name=target, facets={}, outputFacets=_statistics(rows))
+    return OperatorLineage(outputs=[*own.outputs, dataset], run_facets=own.run_facets), wrapped
+
+
+def _target_object(operator: Any, ended: Ended) -> str | None:
+    """The task's active ``TARGET_OBJECT``: one read on the try's Engine DB connection (the process's lent one,
+    as the try's own steps use; a forked listener opens its own); None when it has none or the read fails."""
+    if getattr(operator, "_etl_craft_engine", None) is None:  # no Engine DB resolved in this try
+        return None
+    from airflow_provider_etl_craft.runs.queries import RunQueries
+
+    try:
+        with operator._etl_craft_lifecycle() as lifecycle:
+            value = RunQueries(lifecycle.engine, lifecycle.conn).task_parameter(
+                ended.task_run_id, TARGET_PARAMETER
+            )
+    except Exception as exc:  # noqa: BLE001 - a facet never fails the task; the event goes out without it
+        log.warning(
+            "etl-craft: no %s of %s in its OpenLineage event: %s", TARGET_PARAMETER, operator.task_code, exc
+        )
+        return None
+    return value.strip() if value and value.strip() else None
+
+
+def _table_parts(name: str) -> list[str]:
+    return name.strip().lower().split(".")
+
+
+def _same_table(reported: str, target: str) -> bool:
+    """Whether a dataset name names the ``schema.table`` a TARGET_OBJECT names: equal but for case, or with a
+    leading database part (``warehouse.sales.orders`` names ``sales.orders``)."""
+    got, wanted = _table_parts(reported), _table_parts(target)
+    if len(got) == len(wanted) + 1:
+        got = got[1:]
+    elif len(wanted) == len(got) + 1:
+        wanted = wanted[1:]
+    return got == wanted
+
+
+def _counted(dataset: Any, rows: int | None) -> Any:
+    """``dataset`` (the wrapped operator's) as an output dataset carrying the rows the attempt wrote."""
+    if rows is None:
+        return dataset
+    facets = dict(getattr(dataset, "outputFacets", None) or {})
+    return OutputDataset(
+        namespace=dataset.namespace,
+        name=dataset.name,
+        facets=dict(dataset.facets or {}),
+        outputFacets={**facets, **_statistics(rows)},
+    )
 
 
 def _dataset_name(outlet: Any, uri: str) -> tuple[str, str, dict[str, Any]]:

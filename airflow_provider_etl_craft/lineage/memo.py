@@ -2,7 +2,8 @@
 
 Plain values, no OpenLineage import: operators fill them in as they record, whether or not lineage is on,
 and :mod:`.facets` reads them when Airflow's OpenLineage listener asks (after the try, in the same process
-or a fork of it), so a facet costs no Engine query of its own except the finish's task totals.
+or a fork of it), so a facet costs no Engine query of its own except the finish's task totals and a recorded
+task's declared target (its ``TARGET_OBJECT`` parameter).
 """
 
 from __future__ import annotations

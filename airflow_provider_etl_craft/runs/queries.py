@@ -1,4 +1,5 @@
-"""Read-only views of a pipeline's runs, task runs and attempts (the CLI's ``status`` and ``history``).
+"""Read-only views of a pipeline's runs, task runs and attempts (the CLI's ``status`` and ``history``), and
+a task run's configured parameters (its lineage target, docs/lineage.md).
 
 Runs are found by ``PIPELINE_CODE`` across every ``CFG_PIPELINES`` row with that code, so a pipeline that
 was retired and re-added through a migration keeps its history. Newest means the highest ``PIPELINE_RUN_ID``
@@ -124,6 +125,13 @@ _GATE_DECISIONS = (
     "LEFT JOIN CFG_PIPELINE_DEPENDENCY pd ON pd.PIPELINE_DEPENDENCY_ID = g.PIPELINE_DEPENDENCY_ID "
     "LEFT JOIN CFG_PIPELINES up ON up.PIPELINE_ID = COALESCE(td.DEPENDS_ON_PIPELINE_ID, pd.DEPENDS_ON_PIPELINE_ID) "
     "WHERE p.PIPELINE_CODE = ? AND g.PIPELINE_RUN_ID BETWEEN ? AND ? ORDER BY g.DECISION_ID"
+)
+#: The active value of one ``CFG_TASK_PARAMETERS`` name of a task run's task: the task run by its primary key,
+#: the parameter through UX_CFG_TASK_PARAMETERS_ACTIVE_NAME (TASK_ID, PARAMETER_NAME, active rows). Parameters:
+#: the parameter name, the task run id.
+_TASK_PARAMETER = (
+    "SELECT p.PARAMETER_VALUE FROM AUD_TASK_RUN_LOG tr JOIN CFG_TASK_PARAMETERS p ON p.TASK_ID = tr.TASK_ID "
+    "AND p.PARAMETER_NAME = ? AND p.ACTIVE_FLAG = 'Y' WHERE tr.TASK_RUN_ID = ?"
 )
 _INTERVENTIONS = (
     "SELECT i.PIPELINE_RUN_ID, i.INTERVENTION_ID, t.TASK_CODE, i.ACTION, i.FROM_STATUS, i.TO_STATUS, i.REASON, "
@@ -473,6 +481,12 @@ class RunQueries:
                         tuple(interventions.get(run.pipeline_run_id, ())),
                     )
         return [(pipeline, details[run.pipeline_run_id]) for pipeline, run in found]
+
+    def task_parameter(self, task_run_id: int, name: str) -> str | None:
+        """The active ``CFG_TASK_PARAMETERS`` value ``name`` of the task whose run is ``task_run_id``; None
+        when the task has none (or the value is NULL)."""
+        rows = self._rows(_TASK_PARAMETER, (name, task_run_id))
+        return None if not rows or rows[0][0] is None else str(rows[0][0])
 
     def _task_runs(self, span: tuple[str, int, int]) -> dict[int, list[TaskRunInfo]]:
         """Task runs (with attempts) of the runs in ``span`` (pipeline code, first and last run id), by run.

@@ -50,6 +50,8 @@ INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER, CREATED_BY)
 SELECT 'PREPARE', 'INGESTION', PIPELINE_ID, 'PYTHON', 'test' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'OL_PIPE';
 INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER, CREATED_BY)
 SELECT 'FLAKY', 'ETL', PIPELINE_ID, 'PYTHON', 'test' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'OL_PIPE';
+INSERT INTO CFG_TASK_PARAMETERS (TASK_ID, PARAMETER_NAME, PARAMETER_VALUE, CREATED_BY)
+SELECT TASK_ID, 'TARGET_OBJECT', 'sales.orders_uk', 'test' FROM CFG_TASKS WHERE TASK_CODE = 'FLAKY';
 INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER, CREATED_BY)
 SELECT 'SPREAD', 'ETL', PIPELINE_ID, 'PYTHON', 'test' FROM CFG_PIPELINES WHERE PIPELINE_CODE = 'OL_PIPE';
 INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER, CREATED_BY)
@@ -98,6 +100,10 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 """
 
 
+#: ``[etl_craft] lineage_target_namespace`` of the DAG run: the warehouse FLAKY's TARGET_OBJECT names a table of.
+WAREHOUSE = "postgres://warehouse:5432"
+
+
 @pytest.fixture
 def lineage(
     engine: EngineSetup, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -115,6 +121,7 @@ def run_with_lineage(pipeline: Pipeline, dag_id: str, tmp_path: Path) -> list[di
             {"type": "file", "log_file_path": str(events), "append": True}
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "etl-craft-tests",
+        "AIRFLOW__ETL_CRAFT__LINEAGE_TARGET_NAMESPACE": WAREHOUSE,
     }
     done = subprocess.run(
         [sys.executable, pipeline_dags.__file__, str(path), "2026-03-01T00:00:00+00:00"],
@@ -222,6 +229,18 @@ def test_events_carry_what_the_engine_recorded(lineage: Pipeline, request, tmp_p
     [output] = prepare["outputs"]
     assert output["namespace"].startswith("file") and output["name"].endswith("warehouse/orders")
     assert output["outputFacets"]["outputStatistics"]["rowCount"] == 3
+
+    # The declared target of FLAKY (its TARGET_OBJECT): an output dataset in the configured namespace, with the
+    # rows its successful attempt wrote; its failed try counted none.
+    written = {(n, s): counts[-1] for c, n, _, s, _, *counts in attempts if c == "FLAKY"}  # ROWS_WRITTEN
+    for event_type, (number, status) in (("COMPLETE", (2, "SUCCESS")), ("FAIL", (1, "FAILED"))):
+        [flaky] = [e for e in ours if task_of(e) == "ol_pipe.flaky" and e["eventType"] == event_type]
+        [output] = flaky["outputs"]
+        assert (output["namespace"], output["name"]) == (WAREHOUSE, "sales.orders_uk")
+        rows = written[number, status]
+        statistics = output["outputFacets"].get("outputStatistics")
+        assert (statistics or {}).get("rowCount") == rows
+        assert rows == (5 if event_type == "COMPLETE" else None)
 
     # The alert skipped: its event names the task, and no attempt.
     skipped = [facet(e) for e in ours if task_of(e) == "ol_pipe.alert" and e["eventType"] != "START"]

@@ -25,7 +25,7 @@ from airflow_provider_etl_craft.operators.pipeline_run import (
     FinishPipelineRunOperator,
 )
 from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator, recorded
-from harness.engines import write_config
+from harness.engines import engine_rows, write_config
 from tests.lineage_support import (
     GENERIC_RUN_FACET,
     EventInvalid,
@@ -218,6 +218,157 @@ def test_a_recorded_operator_keeps_the_lineage_of_the_operator_it_wraps() -> Non
     lineage = op.get_openlineage_facets_on_complete(None)
     assert [d.name for d in lineage.inputs] == ["db.s.src"]
     assert run_facets(lineage)["etl_craft_run"]["taskCode"] == "COPY"
+
+
+# -- a task's declared target (CFG_TASK_PARAMETERS TARGET_OBJECT) ---------------------------------------------
+
+#: A pipeline with two tasks, one run of it, and a task run of each; LOAD declares its target (an older value of
+#: the parameter retired), PLAIN declares none.
+TARGET_SETUP = (
+    "INSERT INTO CFG_PIPELINES (PIPELINE_CODE, PIPELINE_NAME, SLA_IN_HOURS, REFRESH_TYPE) VALUES ('P', 'P', 24, 'FULL')",
+    "INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER) "
+    "SELECT 'LOAD', 'ETL', PIPELINE_ID, 'PYTHON' FROM CFG_PIPELINES",
+    "INSERT INTO CFG_TASKS (TASK_CODE, TASK_TYPE, PIPELINE_ID, HANDLER) "
+    "SELECT 'PLAIN', 'ETL', PIPELINE_ID, 'PYTHON' FROM CFG_PIPELINES",
+    "INSERT INTO CFG_TASK_PARAMETERS (TASK_ID, PARAMETER_NAME, PARAMETER_VALUE, ACTIVE_FLAG) "
+    "SELECT TASK_ID, 'TARGET_OBJECT', 'sales.orders_old', 'N' FROM CFG_TASKS WHERE TASK_CODE = 'LOAD'",
+    "INSERT INTO CFG_TASK_PARAMETERS (TASK_ID, PARAMETER_NAME, PARAMETER_VALUE) "
+    "SELECT TASK_ID, 'TARGET_OBJECT', 'sales.orders_uk' FROM CFG_TASKS WHERE TASK_CODE = 'LOAD'",
+    "INSERT INTO CFG_TASK_PARAMETERS (TASK_ID, PARAMETER_NAME, PARAMETER_VALUE) "
+    "SELECT TASK_ID, 'SOURCE_OBJECT', 'raw.orders' FROM CFG_TASKS WHERE TASK_CODE = 'PLAIN'",
+    "INSERT INTO AUD_PIPELINES_RUN_LOG (PIPELINE_ID, STATUS) SELECT PIPELINE_ID, 'IN-PROGRESS' FROM CFG_PIPELINES",
+    "INSERT INTO AUD_TASK_RUN_LOG (TASK_ID, PIPELINE_RUN_ID, STATUS) "
+    "SELECT TASK_ID, PIPELINE_RUN_ID, 'SUCCESS' FROM CFG_TASKS, AUD_PIPELINES_RUN_LOG",
+)
+WAREHOUSE = "postgres://warehouse:5432"
+
+
+@pytest.fixture
+def target_engine(make_engine: Any) -> Any:
+    """A SQLite Engine DB whose task LOAD declares TARGET_OBJECT ``sales.orders_uk``; its dialect, as a
+    recorded try resolves it (the process's, :mod:`~airflow_provider_etl_craft.engine.reuse`)."""
+    from airflow_provider_etl_craft.engine.reuse import engine_for
+
+    hook = make_engine("sqlite").hook()
+    hook.init_db()
+    for sql in TARGET_SETUP:
+        engine_rows(hook, sql)
+    return engine_for(hook.engine_profile)
+
+
+def _ended_attempt(engine: Any, task_code: str, rows: int | None = 5) -> Ended:
+    [(task_run_id, run_id)] = engine_rows_of(engine, task_code)
+    return Ended(engine_db=SQLITE_DB, pipeline_run_id=run_id, task_run_id=task_run_id, attempt_number=1,
+                 map_index=None, attempt_status="SUCCESS", task_run_status="SUCCESS",
+                 counts=(None, None, None, None, None, rows))  # fmt: skip
+
+
+def engine_rows_of(engine: Any, task_code: str) -> list[tuple[Any, ...]]:
+    from contextlib import closing
+
+    with closing(engine.connect()) as conn:
+        return [tuple(r) for r in engine.query(conn, "SELECT tr.TASK_RUN_ID, tr.PIPELINE_RUN_ID FROM AUD_TASK_RUN_LOG tr "
+                                                     "JOIN CFG_TASKS t ON t.TASK_ID = tr.TASK_ID WHERE t.TASK_CODE = ?",
+                                               (task_code,))]  # fmt: skip
+
+
+def _tried(op: Any, engine: Any, task_code: str, rows: int | None = 5) -> Any:
+    """``op`` as a try that recorded its attempt on ``engine`` leaves it."""
+    op._etl_craft_engine = engine
+    op._etl_craft_ended = _ended_attempt(engine, task_code, rows)
+    return op
+
+
+def _outputs(lineage: Any) -> dict[tuple[str, str], int | None]:
+    found = {}
+    for d in lineage.outputs:
+        statistics = (getattr(d, "outputFacets", None) or {}).get("outputStatistics")
+        found[d.namespace, d.name] = None if statistics is None else statistics.rowCount
+    return found
+
+
+@lineage_required
+def test_a_declared_target_is_an_output_dataset_with_the_rows_written(
+    target_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TARGET_OBJECT names the table, [etl_craft] lineage_target_namespace the warehouse; an outlets Asset
+    gets its facet too. One read on the try's Engine connection, which stays the process's one."""
+    from airflow_provider_etl_craft.engine import reuse
+
+    monkeypatch.setenv("AIRFLOW__ETL_CRAFT__LINEAGE_TARGET_NAMESPACE", WAREHOUSE)
+    asset = _asset("postgres://wh:5432/sales/public/orders")
+    op = _tried(EtlCraftPythonOperator(task_id="load", pipeline_code="P", python_callable=lambda: 1,
+                                       outlets=[asset]), target_engine, "LOAD")  # fmt: skip
+    assert op.get_openlineage_facets_on_start().outputs == []  # a start reads nothing
+    lineage = op.get_openlineage_facets_on_complete(None)
+    assert _outputs(lineage) == {_asset_name(asset): 5, (WAREHOUSE, "sales.orders_uk"): 5}
+    assert reuse.open_count() == 1
+    failed = _tried(EtlCraftPythonOperator(task_id="load", pipeline_code="P", python_callable=lambda: 1),
+                    target_engine, "LOAD", rows=None)  # fmt: skip
+    assert _outputs(failed.get_openlineage_facets_on_failure(None)) == {(WAREHOUSE, "sales.orders_uk"): None}
+    plain = _tried(EtlCraftPythonOperator(task_id="plain", pipeline_code="P", python_callable=lambda: 1),
+                   target_engine, "PLAIN")  # fmt: skip
+    assert plain.get_openlineage_facets_on_complete(None).outputs == []  # no TARGET_OBJECT: no dataset
+
+
+def _reporting(inputs: tuple[Any, ...] = (), outputs: tuple[Any, ...] = ()) -> Any:
+    """A recorded operator whose wrapped operator reports ``inputs`` and ``outputs`` (as common-sql's do)."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    from airflow_provider_etl_craft._compat import BaseOperator
+
+    class Reports(BaseOperator):
+        def execute(self, context: Any) -> None:
+            return None
+
+        def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+            return OperatorLineage(inputs=list(inputs), outputs=list(outputs))
+
+    return recorded(Reports)(task_id="load", pipeline_code="P")
+
+
+@lineage_required
+def test_without_the_setting_a_declared_target_takes_the_wrapped_operators_namespace(
+    target_engine: Any,
+) -> None:
+    from openlineage.client.event_v2 import Dataset
+
+    source = Dataset(namespace="postgres://dwh:5432", name="dwh.raw.orders")
+    op = _tried(_reporting(inputs=(source,)), target_engine, "LOAD")
+    lineage = op.get_openlineage_facets_on_complete(None)
+    assert _outputs(lineage) == {("postgres://dwh:5432", "sales.orders_uk"): 5}
+    assert [d.name for d in lineage.inputs] == ["dwh.raw.orders"]
+
+
+@lineage_required
+def test_a_declared_target_the_wrapped_operator_reports_gets_the_rows_on_its_dataset(
+    target_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SQL's own dataset of the table (database part, other case) carries the rows; none is added."""
+    from openlineage.client.event_v2 import Dataset
+
+    monkeypatch.setenv("AIRFLOW__ETL_CRAFT__LINEAGE_TARGET_NAMESPACE", WAREHOUSE)
+    written = Dataset(namespace="postgres://dwh:5432", name="DWH.Sales.Orders_UK")
+    other = Dataset(namespace="postgres://dwh:5432", name="dwh.sales.orders_us")
+    op = _tried(_reporting(outputs=(written, other)), target_engine, "LOAD")
+    lineage = op.get_openlineage_facets_on_complete(None)
+    assert _outputs(lineage) == {
+        ("postgres://dwh:5432", "DWH.Sales.Orders_UK"): 5,
+        ("postgres://dwh:5432", "dwh.sales.orders_us"): None,
+    }
+
+
+@lineage_required
+def test_a_declared_target_of_no_known_namespace_is_left_out_with_a_debug_line(
+    target_engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    op = _tried(EtlCraftPythonOperator(task_id="load", pipeline_code="P", python_callable=lambda: 1),
+                target_engine, "LOAD")  # fmt: skip
+    with caplog.at_level("DEBUG", logger="airflow_provider_etl_craft.lineage.facets"):
+        lineage = op.get_openlineage_facets_on_complete(None)
+    assert lineage.outputs == [] and run_facets(lineage)["etl_craft_run"]["taskCode"] == "LOAD"
+    [line] = [r for r in caplog.records if "TARGET_OBJECT" in r.getMessage()]
+    assert line.levelname == "DEBUG" and "sales.orders_uk" in line.getMessage()
 
 
 @pytest.mark.smoke

@@ -106,5 +106,6 @@ def test_the_docs_table_lists_every_option_as_declared() -> None:
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
     for option in OPTIONS.values():
-        row = f"| `{option.name}` | {option.type} | `{option.default}` | {option.description} |"
+        default = f"`{option.default}`" if option.default else "(empty)"
+        row = f"| `{option.name}` | {option.type} | {default} | {option.description} |"
         assert row in page, row

@@ -289,7 +289,7 @@ def render(results: dict[str, Any]) -> str:
     """The side-by-side table: median ms in the task process, plain vs recorded."""
     lines = [
         f"Part 9: one cold try per task process, median of {results['repeats']} (ms)",
-        f"{'Engine DB':<12}{'':<10}{'DAG import':>12}{'before call':>13}{'after call':>12}{'around':>10}",
+        f"{'Engine DB':<26}{'':<10}{'DAG import':>12}{'before call':>13}{'after call':>12}{'around':>10}",
     ]
     for engine in VARIANTS:
         part = results.get(engine)
@@ -299,7 +299,7 @@ def render(results: dict[str, Any]) -> str:
             row = part[kind]
             label = "extra" if kind == "extra_ms" else kind
             lines.append(
-                f"{engine:<12}{label:<10}{row['import_ms']:>12.1f}{row['before_ms']:>13.1f}"
+                f"{engine:<26}{label:<10}{row['import_ms']:>12.1f}{row['before_ms']:>13.1f}"
                 f"{row['after_ms']:>12.1f}{row['around_ms']:>10.1f}"
             )
     lines += [

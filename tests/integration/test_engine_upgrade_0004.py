@@ -20,11 +20,14 @@ import pytest
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.engine.schema import (
     SCHEMA_VERSION,
+    apply_adoption_step,
     checksum,
+    finish_adoption_steps,
     packaged_migrations,
     packaged_versions,
     schema_text,
 )
+from airflow_provider_etl_craft.engine.shared import adoption_steps
 from airflow_provider_etl_craft.errors import MigrationError
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 from airflow_provider_etl_craft.runs.identity import RunIdentity
@@ -131,6 +134,51 @@ OFFENDING = [
      "TASK_DEPENDENCY_ID=2 TASK_ID=2 DEPENDS_ON_PIPELINE_ID=1 DEPENDS_ON_TASK_ID=1 DEPENDENCY_TYPE=HAS_DATA; "
      "TASK_DEPENDENCY_ID=3 TASK_ID=2"),
 ]  # fmt: skip
+
+
+def apply_packaged(engine: EngineSetup, version: str) -> None:
+    """Apply one packaged ENGINE migration to ``engine`` and ledger it, as ``migrate`` of its release did."""
+    dialect = engine.hook().engine
+    (text,) = [t for v, t in packaged_migrations(dialect.name) if v == version]
+    with closing(dialect.connect()) as conn, dialect.schema_transaction(conn) as cur:
+        dialect.execute_script(cur, text)
+        cur.execute(
+            dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)"),
+            (version, checksum(text)),
+        )
+
+
+def adopt_before(engine: EngineSetup, version: str) -> None:
+    """Adopt the etl-craft Engine DB ``engine`` holds with the adoption steps before ``version``, as the release
+    that shipped the one before it did."""
+    dialect = engine.hook().engine
+    with closing(dialect.connect()) as conn, dialect.schema_transaction(conn) as cur:
+        for step, text in adoption_steps(dialect.name, SCHEMA_VERSION):
+            if step < version:
+                apply_adoption_step(dialect, cur, step, text)
+        finish_adoption_steps(dialect, cur)
+
+
+def index_names(engine: EngineSetup) -> set[str]:
+    """The Engine DB's index names, upper-cased."""
+    if engine.dialect == "sqlite":
+        found = engine_rows(engine.hook(), "SELECT name FROM sqlite_master WHERE type = 'index'")
+    else:
+        found = engine_rows(
+            engine.hook(), "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+        )
+    return {str(name).upper() for (name,) in found}
+
+
+def analysed_plan(engine: EngineSetup, sql: str, params: Any = ()) -> str:
+    """The plan of ``sql`` on the Engine DB once it is analysed (SQLite's ``EXPLAIN QUERY PLAN`` details or
+    PostgreSQL's ``EXPLAIN`` lines), one line each."""
+    hook = engine.hook()
+    explain = "EXPLAIN QUERY PLAN " if engine.dialect == "sqlite" else "EXPLAIN "
+    with closing(hook.engine.connect()) as conn:
+        hook.engine.execute(conn, "ANALYZE")
+        rows = hook.engine.query(conn, explain + sql, params)
+    return "\n".join(str(row[-1] if engine.dialect == "sqlite" else row[0]) for row in rows)
 
 
 def at_0003(engine: EngineSetup, *more: str) -> None:

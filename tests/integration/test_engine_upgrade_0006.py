@@ -10,19 +10,10 @@ untouched.
 
 from __future__ import annotations
 
-from contextlib import closing
 from typing import Any
 
-from airflow_provider_etl_craft.engine.schema import (
-    SCHEMA_VERSION,
-    apply_adoption_step,
-    checksum,
-    finish_adoption_steps,
-    packaged_migrations,
-)
-from airflow_provider_etl_craft.engine.shared import adoption_steps
 from airflow_provider_etl_craft.runs.queries import _LATEST_RUNS
-from harness.engines import EngineSetup, engine_rows
+from harness.engines import EngineSetup
 from tests.fixtures.etl_craft_made import (
     ADDED_INDEXES,
     added_indexes,
@@ -34,7 +25,17 @@ from tests.fixtures.etl_craft_made import (
     without_added,
 )
 from tests.integration import test_engine_upgrade_0005 as at_0005_tests
-from tests.integration.test_engine_upgrade_0004 import TABLES, catalog, cli, engine_versions, everything
+from tests.integration.test_engine_upgrade_0004 import (
+    TABLES,
+    adopt_before,
+    analysed_plan,
+    apply_packaged,
+    catalog,
+    cli,
+    engine_versions,
+    everything,
+    index_names,
+)
 from tests.integration.test_latest_runs_plan import _HISTORY
 from tests.integration.test_shared_engine_db import etl_craft_migrate_accepts, ledger
 
@@ -49,14 +50,7 @@ INDEX = "IX_AUD_PIPELINES_RUN_LOG_LATEST"
 def at_0005(engine: EngineSetup) -> None:
     """The provider's own Engine DB as the release at ENGINE 0005 left it, with a row in every table."""
     at_0005_tests.at_0004(engine)
-    dialect = engine.hook().engine
-    (text,) = [t for v, t in packaged_migrations(dialect.name) if v == at_0005_tests.NEW]
-    with closing(dialect.connect()) as conn, dialect.schema_transaction(conn) as cur:
-        dialect.execute_script(cur, text)
-        cur.execute(
-            dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)"),
-            (at_0005_tests.NEW, checksum(text)),
-        )
+    apply_packaged(engine, at_0005_tests.NEW)
 
 
 def adopted_at_0005(engine: EngineSetup) -> None:
@@ -65,31 +59,15 @@ def adopted_at_0005(engine: EngineSetup) -> None:
     build(engine)
     with etl_craft_connection(engine) as conn:
         run(conn, engine.dialect, _HISTORY[engine.dialect].replace("?", "20000"))  # psycopg2: % stays as is
-    dialect = engine.hook().engine
-    with closing(dialect.connect()) as conn, dialect.schema_transaction(conn) as cur:
-        for version, text in adoption_steps(dialect.name, SCHEMA_VERSION):
-            if version < NEW:
-                apply_adoption_step(dialect, cur, version, text)
-        finish_adoption_steps(dialect, cur)
+    adopt_before(engine, NEW)
 
 
 def has_index(engine: EngineSetup) -> bool:
-    if engine.dialect == "sqlite":
-        found = engine_rows(engine.hook(), "SELECT name FROM sqlite_master WHERE type = 'index'")
-    else:
-        found = engine_rows(
-            engine.hook(), "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
-        )
-    return INDEX.lower() in {str(name).lower() for (name,) in found}
+    return INDEX.upper() in index_names(engine)
 
 
 def plan(engine: EngineSetup) -> str:
-    hook = engine.hook()
-    explain = "EXPLAIN QUERY PLAN " if engine.dialect == "sqlite" else "EXPLAIN "
-    with closing(hook.engine.connect()) as conn:
-        hook.engine.execute(conn, "ANALYZE")
-        rows = hook.engine.query(conn, explain + _LATEST_RUNS)
-    return "\n".join(str(row[-1] if engine.dialect == "sqlite" else row[0]) for row in rows)
+    return analysed_plan(engine, _LATEST_RUNS)
 
 
 def test_an_own_engine_db_at_0005_is_upgraded_and_keeps_every_row(engine: EngineSetup, fresh: Any) -> None:

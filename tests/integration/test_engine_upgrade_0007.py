@@ -9,17 +9,8 @@ step adds the index beside etl-craft's own; etl-craft's rows, ledger and ``migra
 
 from __future__ import annotations
 
-from contextlib import closing
 from typing import Any
 
-from airflow_provider_etl_craft.engine.schema import (
-    SCHEMA_VERSION,
-    apply_adoption_step,
-    checksum,
-    finish_adoption_steps,
-    packaged_migrations,
-)
-from airflow_provider_etl_craft.engine.shared import adoption_steps
 from airflow_provider_etl_craft.runs.finish import _TASKS_OF_RUN
 from bench import history
 from harness.engines import EngineSetup, engine_rows
@@ -32,7 +23,17 @@ from tests.fixtures.etl_craft_made import (
     without_added,
 )
 from tests.integration import test_engine_upgrade_0006 as at_0006_tests
-from tests.integration.test_engine_upgrade_0004 import TABLES, catalog, cli, engine_versions, everything
+from tests.integration.test_engine_upgrade_0004 import (
+    TABLES,
+    adopt_before,
+    analysed_plan,
+    apply_packaged,
+    catalog,
+    cli,
+    engine_versions,
+    everything,
+    index_names,
+)
 from tests.integration.test_shared_engine_db import etl_craft_migrate_accepts, ledger
 
 #: A second, empty Engine DB beside ``engine``.
@@ -49,36 +50,18 @@ PIPELINES = 200
 def at_0006(engine: EngineSetup) -> None:
     """The provider's own Engine DB as the release at ENGINE 0006 left it, with a row in every table."""
     at_0006_tests.at_0005(engine)
-    dialect = engine.hook().engine
-    (text,) = [t for v, t in packaged_migrations(dialect.name) if v == at_0006_tests.NEW]
-    with closing(dialect.connect()) as conn, dialect.schema_transaction(conn) as cur:
-        dialect.execute_script(cur, text)
-        cur.execute(
-            dialect.sql("INSERT INTO SCHEMA_MIGRATIONS (SOURCE, VERSION, CHECKSUM) VALUES ('ENGINE', ?, ?)"),
-            (at_0006_tests.NEW, checksum(text)),
-        )
+    apply_packaged(engine, at_0006_tests.NEW)
 
 
 def adopted_at_0006(engine: EngineSetup) -> None:
     """An etl-craft Engine DB adopted by the release at ENGINE 0006."""
     build(engine)
-    dialect = engine.hook().engine
-    with closing(dialect.connect()) as conn, dialect.schema_transaction(conn) as cur:
-        for version, text in adoption_steps(dialect.name, SCHEMA_VERSION):
-            if version < NEW:
-                apply_adoption_step(dialect, cur, version, text)
-        finish_adoption_steps(dialect, cur)
+    adopt_before(engine, NEW)
 
 
 def has_index(engine: EngineSetup) -> bool:
     """Whether the Engine DB has 0007's indexes (all of them: the assertion fails when only some are there)."""
-    if engine.dialect == "sqlite":
-        found = engine_rows(engine.hook(), "SELECT name FROM sqlite_master WHERE type = 'index'")
-    else:
-        found = engine_rows(
-            engine.hook(), "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
-        )
-    indexes = {str(name).upper() for (name,) in found}
+    indexes = index_names(engine)
     there = [name in indexes for names in ADDED.values() for name in names]
     assert len(set(there)) == 1, indexes
     return there[0]
@@ -86,13 +69,8 @@ def has_index(engine: EngineSetup) -> bool:
 
 def plan(engine: EngineSetup) -> str:
     """The plan of the finish's task list for the first pipeline, on the analysed Engine DB."""
-    hook = engine.hook()
-    explain = "EXPLAIN QUERY PLAN " if engine.dialect == "sqlite" else "EXPLAIN "
-    with closing(hook.engine.connect()) as conn:
-        hook.engine.execute(conn, "ANALYZE")
-        ((pipeline_id,),) = hook.engine.query(conn, "SELECT MIN(PIPELINE_ID) FROM CFG_PIPELINES")
-        rows = hook.engine.query(conn, explain + _TASKS_OF_RUN, (1, pipeline_id))
-    return "\n".join(str(row[-1] if engine.dialect == "sqlite" else row[0]) for row in rows)
+    ((pipeline_id,),) = engine_rows(engine.hook(), "SELECT MIN(PIPELINE_ID) FROM CFG_PIPELINES")
+    return analysed_plan(engine, _TASKS_OF_RUN, (1, pipeline_id))
 
 
 def test_an_own_engine_db_at_0006_is_upgraded_and_keeps_every_row(engine: EngineSetup, fresh: Any) -> None:

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from msgspec import Struct
-from msgspec.structs import astuple
 
 from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 from airflow_provider_etl_craft.runs.vocabulary import ClaimAction, RunStatus
@@ -176,13 +175,16 @@ class FinishOutcome(Struct, frozen=True):
     #: more statement (its transaction form); None otherwise (see ``finish.run_duration``). Not compared.
     duration: float | None = None
 
+    def _compared(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__struct_fields__ if name != "duration")
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FinishOutcome):
             return NotImplemented
-        return astuple(self)[:-1] == astuple(other)[:-1]
+        return self._compared() == other._compared()
 
     def __hash__(self) -> int:
-        return hash(astuple(self)[:-1])
+        return hash(self._compared())
 
 
 def map_key(map_index: int | None) -> int:

@@ -79,6 +79,8 @@ HEARTBEAT_TIMEOUT = 20
 #: Name of the env var holding the PostgreSQL Engine DB's password (in the test process and every component).
 PG_SECRET_VAR = "ETL_CRAFT_DEPLOYMENT_ENGINE_SECRET"
 ENDED_RUN = ("success", "failed")
+#: ``[etl_craft] lineage_target_namespace`` of every component (the lineage tier's declared targets).
+LINEAGE_TARGET_NAMESPACE = "postgres://warehouse:5432"
 _STARTUP_TIMEOUT = 240.0
 _STOP_GRACE = 15.0
 _LOG_TAIL_LINES = 60
@@ -172,6 +174,15 @@ class Engine:
         with closing(hook.get_conn()) as conn, hook.engine.transaction(conn) as cur:
             for statement in pipeline_sql(code, tasks):
                 cur.execute(statement)
+
+    def add_task_parameter(self, code: str, task: str, name: str, value: str) -> None:
+        """Insert an active CFG_TASK_PARAMETERS row of ``task`` of pipeline ``code`` (values bound)."""
+        hook = self.setup.hook()
+        sql = ("INSERT INTO CFG_TASK_PARAMETERS (TASK_ID, PARAMETER_NAME, PARAMETER_VALUE, CREATED_BY) "
+               "SELECT t.TASK_ID, ?, ?, 'deployment-test' FROM CFG_TASKS t JOIN CFG_PIPELINES p "
+               "ON p.PIPELINE_ID = t.PIPELINE_ID WHERE p.PIPELINE_CODE = ? AND t.TASK_CODE = ?")  # fmt: skip
+        with closing(hook.get_conn()) as conn:
+            hook.engine.execute(conn, sql, (name, value, code, task))
 
     def runs(self, code: str) -> list[dict[str, Any]]:
         cols = (
@@ -467,6 +478,8 @@ class AirflowDeployment:
                 {"type": "file", "log_file_path": str(self.lineage_events), "append": True}
             ),
             "AIRFLOW__OPENLINEAGE__NAMESPACE": "etl-craft-deployment",
+            # The warehouse a task's declared target (its TARGET_OBJECT) names a table of, in lineage events.
+            "AIRFLOW__ETL_CRAFT__LINEAGE_TARGET_NAMESPACE": LINEAGE_TARGET_NAMESPACE,
             **self.statsd.env(),
             "AIRFLOW_CONN_ETL_CRAFT_PG": file_conn(pg_config),
             "AIRFLOW_CONN_ETL_CRAFT_SQLITE": file_conn(sqlite_config),

@@ -199,17 +199,13 @@ def _output(outlet: Any, rows: int | None) -> OutputDataset | None:
     return OutputDataset(namespace=namespace, name=name, facets=facets, outputFacets=_statistics(rows))
 
 
-#: The ``CFG_TASK_PARAMETERS`` name of the warehouse table a task writes (``schema.table``), as etl-craft keeps it.
-TARGET_PARAMETER = "TARGET_OBJECT"
-
-
 def _with_target(
     operator: Any, ended: Ended, own: OperatorLineage, wrapped: OperatorLineage | None
 ) -> tuple[OperatorLineage, OperatorLineage | None]:
     """The task's declared target (its active ``TARGET_OBJECT``) as an output dataset with the rows the
     attempt wrote: on the wrapped operator's output dataset of that table where it reports one, else added to
     ours, in ``[etl_craft] lineage_target_namespace`` or else the wrapped operator's datasets' namespace."""
-    target = _target_object(operator, ended)
+    target = ended.target_object
     if not target:
         return own, wrapped
     rows = _rows_written(ended)
@@ -239,26 +235,6 @@ def _with_target(
         return own, wrapped  # an outlets Asset names it already, with the rows
     dataset = OutputDataset(namespace=namespace, name=target, facets={}, outputFacets=_statistics(rows))
     return OperatorLineage(outputs=[*own.outputs, dataset], run_facets=own.run_facets), wrapped
-
-
-def _target_object(operator: Any, ended: Ended) -> str | None:
-    """The task's active ``TARGET_OBJECT``: one read on the try's Engine DB connection (the process's lent one,
-    as the try's own steps use; a forked listener opens its own); None when it has none or the read fails."""
-    if getattr(operator, "_etl_craft_engine", None) is None:  # no Engine DB resolved in this try
-        return None
-    from airflow_provider_etl_craft.runs.queries import RunQueries
-
-    try:
-        with operator._etl_craft_lifecycle() as lifecycle:
-            value = RunQueries(lifecycle.engine, lifecycle.conn).task_parameter(
-                ended.task_run_id, TARGET_PARAMETER
-            )
-    except Exception as exc:  # noqa: BLE001 - a facet never fails the task; the event goes out without it
-        log.warning(
-            "etl-craft: no %s of %s in its OpenLineage event: %s", TARGET_PARAMETER, operator.task_code, exc
-        )
-        return None
-    return value.strip() if value and value.strip() else None
 
 
 def _table_parts(name: str) -> list[str]:

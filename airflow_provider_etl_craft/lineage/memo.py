@@ -2,8 +2,8 @@
 
 Plain values, no OpenLineage import: operators fill them in as they record, whether or not lineage is on,
 and :mod:`.facets` reads them when Airflow's OpenLineage listener asks (after the try, in the same process
-or a fork of it), so a facet costs no Engine query of its own except the finish's task totals and a recorded
-task's declared target (its ``TARGET_OBJECT`` parameter).
+or a fork of it), so a facet costs no Engine query of its own except the finish's task totals. A recorded task's declared
+target (its ``TARGET_OBJECT`` parameter) is read with the attempt's end, on the try's own connection.
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ class Ended(Struct, frozen=True, kw_only=True):
     task_run_status: str | None
     #: SOURCE, TARGET, INSERT, UPDATE, DELETE counts, ROWS_WRITTEN (``TaskCounts.values()``).
     counts: tuple[int | None, ...]
+    #: The task's active ``CFG_TASK_PARAMETERS`` ``TARGET_OBJECT``, read with the end where Airflow's
+    #: OpenLineage listener runs in the process; else None (no declared target, or no listener to tell).
+    target_object: str | None = None
 
 
 class Finished(Struct, frozen=True, kw_only=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_etl_craft import _compat, metrics
 from airflow_provider_etl_craft._compat import (
@@ -54,7 +54,7 @@ def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str | None = None) -> 
 
 
 class _PipelineOperatorMixin(LineageMixin):
-    operator_extra_links: ClassVar[Collection[BaseOperatorLink]] = (EngineRunLink(),)
+    operator_extra_links: Collection[BaseOperatorLink] = (EngineRunLink(),)
     pipeline_code: str
     etl_craft_conn_id: str
     etl_craft_profile: str | None

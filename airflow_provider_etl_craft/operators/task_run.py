@@ -15,6 +15,7 @@ at DAG parse: the hook, the transitions and the drivers load when a try runs (do
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -26,7 +27,7 @@ from airflow_provider_etl_craft import _compat, metrics
 from airflow_provider_etl_craft._compat import AirflowSkipException, BaseOperator
 from airflow_provider_etl_craft.errors import EtlCraftError
 from airflow_provider_etl_craft.lineage.memo import Ended, EngineDb
-from airflow_provider_etl_craft.operators import _airflow_view, _wait
+from airflow_provider_etl_craft.operators import _airflow_view, _lineage, _wait
 from airflow_provider_etl_craft.operators._lineage import LineageMixin
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.plugins.links import EngineRunLink
@@ -35,6 +36,8 @@ from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.records import AttemptHandle
 from airflow_provider_etl_craft.runs.vocabulary import ATTEMPT_ENDS, AttemptEnd
 from airflow_provider_etl_craft.settings import setting
+
+log = logging.getLogger(__name__)
 
 OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
 #: The method a try deferred at its gate resumes in (handled by the mixin, whatever the operator).
@@ -377,7 +380,8 @@ class RecordedTaskMixin(LineageMixin, _MixinBase):
             map_count = None if handle.map_index is None or context is None else _map_count(context)
             with self._etl_craft_lifecycle() as lifecycle:
                 lifecycle.finish_task(handle, status, counts, error, map_count=map_count)
-            self._etl_craft_ended = _ended(lifecycle.engine, handle, status, counts)
+                target = _declared_target(lifecycle, handle) if _lineage.listening() else None
+            self._etl_craft_ended = _ended(lifecycle.engine, handle, status, counts, target)
             metrics.attempt(self.pipeline_code or "", self.task_code or "", status)
         except EtlCraftError as exc:
             if not quiet:
@@ -399,10 +403,29 @@ class RecordedTaskMixin(LineageMixin, _MixinBase):
         super().on_kill()
 
 
+def _declared_target(lifecycle: Any, handle: AttemptHandle) -> str | None:
+    """The task's active ``TARGET_OBJECT``, for its OpenLineage output dataset: one read on the try's own
+    connection, made only where the listener runs (it would otherwise connect from each fork of its own).
+    None when the task declares none; a failed read is logged and never fails the try."""
+    from airflow_provider_etl_craft.runs.parameters import TARGET_OBJECT, task_parameter
+
+    try:
+        value = task_parameter(lifecycle.engine, lifecycle.conn, handle.task_run_id, TARGET_OBJECT)
+    except Exception as exc:  # noqa: BLE001 - lineage never fails a task: the event goes out without it
+        log.warning("etl-craft: no %s for the OpenLineage event of task run %s: %s", TARGET_OBJECT,
+                    handle.task_run_id, exc)  # fmt: skip
+        return None
+    return value.strip() if value and value.strip() else None
+
+
 def _ended(
-    engine: EngineDialect, handle: AttemptHandle, status: AttemptEnd, counts: TaskCounts | None
+    engine: EngineDialect,
+    handle: AttemptHandle,
+    status: AttemptEnd,
+    counts: TaskCounts | None,
+    target_object: str | None = None,
 ) -> Ended:
-    """The attempt's end as written: its status, its task run's (unmapped), its counts."""
+    """The attempt's end as written: its status, its task run's (unmapped), its counts; the declared target."""
     attempt_status, run_status = ATTEMPT_ENDS[AttemptEnd(status)]
     return Ended(
         engine_db=EngineDb.of(engine),
@@ -413,6 +436,7 @@ def _ended(
         attempt_status=str(attempt_status),
         task_run_status=None if handle.map_index is not None else str(run_status),
         counts=(counts or TaskCounts()).values(),
+        target_object=target_object,
     )
 
 

@@ -129,10 +129,6 @@ _GATE_DECISIONS = (
 #: The active value of one ``CFG_TASK_PARAMETERS`` name of a task run's task: the task run by its primary key,
 #: the parameter through UX_CFG_TASK_PARAMETERS_ACTIVE_NAME (TASK_ID, PARAMETER_NAME, active rows). Parameters:
 #: the parameter name, the task run id.
-_TASK_PARAMETER = (
-    "SELECT p.PARAMETER_VALUE FROM AUD_TASK_RUN_LOG tr JOIN CFG_TASK_PARAMETERS p ON p.TASK_ID = tr.TASK_ID "
-    "AND p.PARAMETER_NAME = ? AND p.ACTIVE_FLAG = 'Y' WHERE tr.TASK_RUN_ID = ?"
-)
 _INTERVENTIONS = (
     "SELECT i.PIPELINE_RUN_ID, i.INTERVENTION_ID, t.TASK_CODE, i.ACTION, i.FROM_STATUS, i.TO_STATUS, i.REASON, "
     "i.REQUESTED_BY, i.REQUESTED_BY_KIND, i.REQUESTED_AT "
@@ -481,12 +477,6 @@ class RunQueries:
                         tuple(interventions.get(run.pipeline_run_id, ())),
                     )
         return [(pipeline, details[run.pipeline_run_id]) for pipeline, run in found]
-
-    def task_parameter(self, task_run_id: int, name: str) -> str | None:
-        """The active ``CFG_TASK_PARAMETERS`` value ``name`` of the task whose run is ``task_run_id``; None
-        when the task has none (or the value is NULL)."""
-        rows = self._rows(_TASK_PARAMETER, (name, task_run_id))
-        return None if not rows or rows[0][0] is None else str(rows[0][0])
 
     def _task_runs(self, span: tuple[str, int, int]) -> dict[int, list[TaskRunInfo]]:
         """Task runs (with attempts) of the runs in ``span`` (pipeline code, first and last run id), by run.

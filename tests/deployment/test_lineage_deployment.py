@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.deployment import AirflowDeployment
+from harness.deployment import LINEAGE_TARGET_NAMESPACE, AirflowDeployment
 from tests.deployment.dags import _HEADER, render
 from tests.lineage_support import (
     expected_claim_and_finish,
@@ -82,6 +82,7 @@ def test_a_deployed_pipeline_sends_valid_expected_events(deployment: AirflowDepl
     code, dag_id = "DEP_LINEAGE", "dep_lineage"
     group = code.lower()
     engine.add_pipeline(code, ["PREPARE", "FLAKY", "SPREAD", "ALERT"])
+    engine.add_task_parameter(code, "FLAKY", "TARGET_OBJECT", "sales.orders_uk")
     deployment.write_dag(dag_id, render(LINEAGE_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id))
     deployment.wait_parsed(dag_id)
 
@@ -124,6 +125,19 @@ def test_a_deployed_pipeline_sends_valid_expected_events(deployment: AirflowDepl
         if f["operation"] == "task"
     )  # fmt: skip
     assert ended == sorted(attempts)
+    # FLAKY's declared target (read by each try's own process with its end): an output dataset in the
+    # configured namespace, with the rows that attempt wrote (none for the failed one).
+    written = {n: rows for c, n, _, _, _, rows in attempts if c == "FLAKY"}
+    for event_type, number in (("FAIL", 1), ("COMPLETE", 2)):
+        [event] = [
+            e
+            for e in events
+            if e["job"]["name"] == f"{dag_id}.{group}.flaky" and e["eventType"] == event_type
+        ]
+        [output] = event["outputs"]
+        assert (output["namespace"], output["name"]) == (LINEAGE_TARGET_NAMESPACE, "sales.orders_uk")
+        assert output.get("outputFacets", {}).get("outputStatistics", {}).get("rowCount") == written[number]
+    assert written == {1: None, 2: 5}
     assert {(f["pipelineRunId"], f["runKey"]) for f in facets} == {(run["PIPELINE_RUN_ID"], run["RUN_KEY"])}
     [finish] = [f for f in facets if f["operation"] == "finish"]
     assert finish["tasks"] == {"succeeded": 3, "failed": 0, "skipped": 1, "cancelled": 0, "attempts": 5}

@@ -273,10 +273,78 @@ def engine_rows_of(engine: Any, task_code: str) -> list[tuple[Any, ...]]:
 
 
 def _tried(op: Any, engine: Any, task_code: str, rows: int | None = 5) -> Any:
-    """``op`` as a try that recorded its attempt on ``engine`` leaves it."""
+    """``op`` as a try that recorded its attempt on ``engine`` leaves it where the listener runs: its end, with
+    the declared target read as the end step reads it (on the process's lent connection)."""
+    import msgspec
+
+    from airflow_provider_etl_craft.operators.task_run import _declared_target
+    from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
+
+    ended = _ended_attempt(engine, task_code, rows)
+    with lent_lifecycle(engine) as lifecycle:
+        target = _declared_target(lifecycle, _Handle(ended.task_run_id))
     op._etl_craft_engine = engine
-    op._etl_craft_ended = _ended_attempt(engine, task_code, rows)
+    op._etl_craft_ended = msgspec.structs.replace(ended, target_object=target)
     return op
+
+
+class _Handle:
+    def __init__(self, task_run_id: int) -> None:
+        self.task_run_id = task_run_id
+
+
+def test_the_declared_target_is_read_on_the_tries_connection_and_a_failed_read_never_fails_it(
+    target_engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The active value, trimmed (a retired one is not read); none for a task without one; a failed read is a
+    warning and None. One login in all: the process's lent connection."""
+    from airflow_provider_etl_craft.engine import reuse
+    from airflow_provider_etl_craft.operators.task_run import _declared_target
+    from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
+
+    [(load, _)] = engine_rows_of(target_engine, "LOAD")
+    [(plain, _)] = engine_rows_of(target_engine, "PLAIN")
+    with lent_lifecycle(target_engine) as lifecycle:
+        assert _declared_target(lifecycle, _Handle(load)) == "sales.orders_uk"
+        assert _declared_target(lifecycle, _Handle(plain)) is None
+        lifecycle.engine.execute(lifecycle.conn, "UPDATE CFG_TASK_PARAMETERS SET PARAMETER_VALUE = '  ' "
+                                                 "WHERE PARAMETER_NAME = 'TARGET_OBJECT' AND ACTIVE_FLAG = 'Y'")  # fmt: skip
+        assert _declared_target(lifecycle, _Handle(load)) is None
+    assert reuse.open_count() == 1
+
+    class Broken:
+        engine = target_engine
+
+        class conn:  # noqa: N801 - a connection whose cursor fails as a lost one does
+            @staticmethod
+            def cursor() -> Any:
+                raise OSError("the Engine DB went away")
+
+    with caplog.at_level("WARNING", logger="airflow_provider_etl_craft.operators.task_run"):
+        assert _declared_target(Broken(), _Handle(load)) is None
+    [line] = [r for r in caplog.records if "TARGET_OBJECT" in r.getMessage()]
+    assert "went away" in line.getMessage()
+
+
+@lineage_required
+def test_a_try_imports_the_facets_before_the_listener_forks_only_where_the_listener_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rendering a try's templates loads the facets module when the listener's module is loaded (lineage on),
+    so each of the listener's forks finds it; without the listener nothing is imported."""
+    import types
+
+    from airflow_provider_etl_craft.operators import _lineage
+
+    monkeypatch.delitem(sys.modules, _lineage.FACETS_MODULE, raising=False)
+    monkeypatch.delitem(sys.modules, _lineage.LISTENER_MODULE, raising=False)
+    op = EtlCraftPythonOperator(task_id="load", pipeline_code="P", python_callable=lambda: 1)
+    op.render_template_fields({})
+    assert not _lineage.listening() and _lineage.FACETS_MODULE not in sys.modules
+    monkeypatch.setitem(sys.modules, _lineage.LISTENER_MODULE, types.ModuleType(_lineage.LISTENER_MODULE))
+    claim = ClaimPipelineRunOperator(task_id="claim", pipeline_code="P")
+    claim.render_template_fields({})
+    assert _lineage.listening() and _lineage.FACETS_MODULE in sys.modules
 
 
 def _outputs(lineage: Any) -> dict[tuple[str, str], int | None]:

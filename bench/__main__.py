@@ -20,8 +20,9 @@
    and the claim times of another process claiming beside it, against the same claims without a purge.
 9. A recorded task's own cost in its task process (:mod:`bench.task_cost`, in a subprocess): one cold try per
    fresh interpreter, recorded vs plain, on SQLite and PostgreSQL Engine DBs.
-10. OpenLineage's cost per recorded task (:mod:`bench.lineage_cost`, in a subprocess of the OpenLineage venv
-   ``.venv-openlineage``, which ``make bench`` builds): the same cold try with Airflow's listener on and off.
+10. OpenLineage's cost per task (:mod:`bench.lineage_cost`, in a subprocess of the OpenLineage venv
+   ``.venv-openlineage``, which ``make bench`` builds): part 9's cold tries with Airflow's listener on and off,
+   a plain and a recorded task; what the provider adds is the difference.
 
 **One round trip** is one statement or transaction-control message sent to the database and waited for:
 with psycopg2 in autocommit mode (the provider's connections) every ``cursor.execute`` is one round trip —
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["task_cost"] = {"error": str(exc).splitlines()[0]}
                 failures.append(str(exc))
         if "lineage" not in args.skip:
-            log(f"part 10, OpenLineage: {args.lineage_repeats} cold tries of a recorded task with the listener on "
+            log(f"part 10, OpenLineage: {args.lineage_repeats} cold tries of a plain and a recorded task, listener on "
                 f"and off, in {args.lineage_python}")  # fmt: skip
             try:
                 results["lineage"] = run_lineage_part(workdir, args.lineage_repeats, args.lineage_python)

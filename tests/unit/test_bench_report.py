@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,16 +45,27 @@ def test_a_page_without_the_markers_is_refused(tmp_path: Path) -> None:
 
 
 def test_part_10_shows_the_listener_cost_and_its_target() -> None:
-    """Part 10's figures (the OpenLineage listener on and off) are a section of the report and one target."""
+    """Part 10's figures (a plain and a recorded task, the OpenLineage listener on and off) are a section of the
+    report and one target: what the recorded task's lineage costs beyond the plain one's."""
     results = json.loads(RESULTS.read_text(encoding="utf-8"))
-    figures = {"off": (0.1, 0.0, 900.0, 2000.0), "on": (60.1, 9.5, 950.0, 2100.0)}
-    rows = {mode: dict(zip(("listener_ms", "facets_ms", "try_ms", "process_ms"), values, strict=True))
-            for mode, values in figures.items()}  # fmt: skip
-    extra = {key: rows["on"][key] - rows["off"][key] for key in rows["on"]}
-    results["lineage"] = {"repeats": 2, **rows, "extra_ms": extra, "facet_events": 6, "samples": {}}
+    keys = ("listener_ms", "facets_ms", "outside_ms", "try_ms", "process_ms")
+    figures = {
+        "plain": {"off": (0.1, 0.0, 0.0, 900.0, 2000.0), "on": (55.1, 0.0, 0.0, 950.0, 2100.0)},
+        "recorded": {"off": (0.1, 0.0, 0.0, 910.0, 2010.0), "on": (60.1, 9.5, 2.0, 955.0, 2110.0)},
+    }
+    lineage: dict[str, Any] = {"repeats": 2, "facet_events": 6, "samples": {}}
+    for kind, modes in figures.items():
+        rows = {mode: dict(zip(keys, values, strict=True)) for mode, values in modes.items()}
+        lineage[kind] = {**rows, "extra_ms": {key: rows["on"][key] - rows["off"][key] for key in keys}}
+    results["lineage"] = lineage
     [target] = [t for t in report.targets(results) if t["target"].startswith("OpenLineage")]
-    assert target["value"] == pytest.approx(60.0) and target["met"] is False
-    assert "the provider's facets 9.5 ms" in target["measured"]
+    assert target["value"] == pytest.approx(62.0 - 55.0) and target["met"] is True  # (60.0 + 2.0) - 55.0
+    assert "the provider's facets 9.5 ms" in target["measured"] and "plain 55.0 ms" in target["measured"]
+    lineage["recorded"]["extra_ms"]["listener_ms"] = 110.0
+    [target] = [t for t in report.targets(results) if t["target"].startswith("OpenLineage")]
+    assert target["value"] == pytest.approx(57.0) and target["met"] is False
+    lineage["recorded"]["extra_ms"]["listener_ms"] = 60.0
     text = report.render({**results, "targets": report.targets(results)})
-    assert "10. OpenLineage: a recorded task with Airflow's listener off and on" in text
-    assert "   on - off              60.0           9.5" in text
+    assert "10. OpenLineage: a plain and a recorded task with Airflow's listener off and on" in text
+    assert "   recorded on - off              60.0           9.5           2.0" in text
+    assert "the provider adds 7.0 ms per task" in text

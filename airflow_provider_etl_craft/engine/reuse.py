@@ -15,6 +15,10 @@ transaction or an error state left open, autocommit switched off) is closed, nev
 * A lost connection is the lifecycle's to replace (``EngineDialect.reconnect``); the replacement is kept.
 * After ``fork`` the child never touches the parent's connections (closing one would end the parent's
   session): it keeps them unused and opens its own. Closed at interpreter exit.
+* :func:`log_in_ahead` starts the first login in a thread where the dialect allows it
+  (``EngineDialect.logs_in_ahead``): a try loads the modules of its steps while the server forks its backend
+  and checks the credential, and the first borrow takes the connection that login opened (or raises its error,
+  the driver's, where ``engine.connect()`` would have raised it).
 """
 
 from __future__ import annotations
@@ -35,6 +39,37 @@ if TYPE_CHECKING:
     from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 
 
+class _Login:
+    """A login running in a thread of its own (:func:`log_in_ahead`); :meth:`take` waits for it."""
+
+    def __init__(self, engine: EngineDialect) -> None:
+        self._engine = engine
+        self._conn: Connection | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="etl-craft-login", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._conn = self._engine.connect()
+        except BaseException as exc:  # raised again by take(), in the thread that uses the connection
+            self._error = exc
+
+    def take(self) -> Connection:
+        """The connection the login opened; its error, raised here, if it failed."""
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        assert self._conn is not None  # connect() returned
+        return self._conn
+
+    def discard(self) -> None:
+        """Wait for the login and close what it opened (nobody will use it)."""
+        with suppress(BaseException):
+            self.take().close()
+
+
 class _Slot(Struct):
     """The process's connection for one profile, with the dialect that opened it (its statement caches)."""
 
@@ -42,6 +77,8 @@ class _Slot(Struct):
     engine: EngineDialect
     conn: Connection | None = None
     lent: bool = False
+    #: A login started ahead of the first borrow, not taken yet.
+    login: _Login | None = None
 
 
 _lock = threading.Lock()
@@ -69,6 +106,25 @@ def _slot(profile: EngineProfile) -> _Slot:
         return slot
 
 
+def log_in_ahead(engine: EngineDialect) -> None:
+    """Start opening the process's connection to ``engine``'s Engine DB now, for the next :func:`borrowed`.
+
+    Only where the dialect allows a connection opened in one thread to be used in another, and only when the
+    slot has neither a connection nor a login under way. The caller borrows next, without touching Airflow's
+    task-process channel in between: the login's thread may use it (a token's masking), and the channel is
+    not shared.
+    """
+    if not engine.logs_in_ahead:
+        return
+    slot = _slot(engine.profile)
+    if slot.conn is not None or slot.login is not None:
+        return
+    slot.engine.prepare_login()
+    with _lock:
+        if slot.conn is None and slot.login is None and not slot.lent:
+            slot.login = _Login(slot.engine)
+
+
 class Loan(Struct):
     """One use of a borrowed connection; set :attr:`conn` to the connection the use ended on (a reconnect
     replaces a lost one) before the ``with`` block ends."""
@@ -80,18 +136,23 @@ class Loan(Struct):
 def borrowed(engine: EngineDialect) -> Iterator[Loan]:
     """Lend the process's connection to ``engine``'s Engine DB for one use (the ``with`` block).
 
-    Opens it on first use with ``engine.connect()`` (its errors are the driver's: classify them around the
-    block). Given back when the block ends, kept only if idle (:meth:`EngineDialect.idle`).
+    Opens it on first use with ``engine.connect()``, or takes the login :func:`log_in_ahead` started (its errors
+    are the driver's: classify them around the block). Given back when the block ends, kept only if idle
+    (:meth:`EngineDialect.idle`).
     """
     slot = _slot(engine.profile)
+    login = None
     with _lock:
         own = slot.lent  # busy: this use opens a connection of its own, closed at its end
         conn = None if own else slot.conn
         if not own:
             slot.lent, slot.conn = True, None
+            login, slot.login = slot.login, None
     loan: Loan | None = None
     try:
-        loan = Loan(conn if conn is not None else slot.engine.connect())
+        if conn is None:
+            conn = login.take() if login is not None else slot.engine.connect()
+        loan = Loan(conn)
         yield loan
     finally:
         final = None if loan is None else loan.conn
@@ -118,17 +179,20 @@ def close_all() -> None:
     _check_fork()
     with _lock:
         for slot in _slots:
+            if slot.login is not None:
+                slot.login.discard()
             if slot.conn is not None and not slot.lent:
                 with suppress(Exception):
                     slot.conn.close()
-            slot.conn = None
+            slot.conn = slot.login = None
         _slots.clear()
 
 
 def open_count() -> int:
-    """How many connections the process keeps open now (for tests and the benchmark)."""
+    """How many connections the process keeps open now, logins under way included (for tests and the
+    benchmark)."""
     with _lock:
-        return sum(1 for slot in _slots if slot.conn is not None)
+        return sum(1 for slot in _slots if slot.conn is not None or slot.login is not None)
 
 
 def _check_fork() -> None:
@@ -139,6 +203,8 @@ def _check_fork() -> None:
     with _lock:
         if os.getpid() != _pid:
             _inherited.extend(slot.conn for slot in _slots if slot.conn is not None)
+            # A login under way in the parent has no thread here; what it opens is the parent's session.
+            _inherited.extend(slot.login for slot in _slots if slot.login is not None)
             _slots.clear()
             _pid = os.getpid()
 

@@ -48,14 +48,8 @@ if TYPE_CHECKING:
     from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
     from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
-if TYPE_CHECKING:
-    # Type-checked as the operator it is mixed into (log, dag, task_id, execute…); a plain class at run time.
-    _MixinBase = BaseOperator
-else:
-    _MixinBase = object
 
-
-class RecordedTaskMixin(LineageMixin, _MixinBase):
+class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through LineageMixin's base
     """Adds Engine DB recording to an operator's ``execute`` and ``on_kill``. Put it first in the bases.
 
     :param pipeline_code: the pipeline this task belongs to (inherited inside ``etl_craft_pipeline``).
@@ -136,16 +130,22 @@ class RecordedTaskMixin(LineageMixin, _MixinBase):
 
     def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
         """The run lifecycle on the process's Engine DB connection (the profile read once per try, as the
-        hook reads it, but without the hook: common-sql stays unimported)."""
+        hook reads it, but without the hook: common-sql stays unimported).
+
+        A try's first use starts the login in the background and loads the modules of the attempt's steps
+        meanwhile (docs/performance.md, "In the task process")."""
         from airflow_provider_etl_craft.config.connection import profile_for_conn_id
-        from airflow_provider_etl_craft.engine.reuse import engine_for
-        from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
+        from airflow_provider_etl_craft.engine.reuse import engine_for, log_in_ahead
 
         if self._etl_craft_engine is None:
             profile = profile_for_conn_id(
                 self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile
             )
             self._etl_craft_engine = engine_for(profile)
+            log_in_ahead(self._etl_craft_engine)
+            from airflow_provider_etl_craft.runs import attempts, start  # noqa: F401 - loaded during the login
+        from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
+
         return lent_lifecycle(self._etl_craft_engine, self.etl_craft_lock_timeout)
 
     def execute(self, context: Any) -> Any:

@@ -121,6 +121,17 @@ class EngineDialect(ABC, Generic[ConnT]):
         """:raises ConfigurationError: the profile's schema does not exist (PostgreSQL; SQLite has none)."""
         return None
 
+    #: Whether :meth:`connect` may run in one thread and the connection be used in another, so a task process
+    #: can log in while it loads the modules of its steps (:func:`~airflow_provider_etl_craft.engine.reuse.
+    #: log_in_ahead`). SQLite's connections belong to the thread that opened them, and open in microseconds.
+    logs_in_ahead: ClassVar[bool] = False
+
+    def prepare_login(self) -> None:
+        """Load what a login needs (the driver) in the calling thread, before a login ahead runs in another:
+        an import holds the GIL, so made in the login's thread it would only compete with the caller's own
+        imports. Errors are left for the login to raise where it is used."""
+        return None
+
     #: Statement that opens a write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers queue up front).
     begin_statement: ClassVar[str] = "BEGIN"
     # -- one-round-trip forms of run-lifecycle transitions -----------------------------------------------------

@@ -200,6 +200,14 @@ class PostgresDialect(EngineDialect[PgConnection]):
         except driver.OperationalError as exc:
             raise self._connect_error(exc, driver, renewed)[0] from None
 
+    #: A login is a round trip or more (TLS, SCRAM) and a backend forked on the server: worth overlapping.
+    #: Both drivers' connections are thread-safe (DB-API threadsafety 2).
+    logs_in_ahead = True
+
+    def prepare_login(self) -> None:
+        with suppress(EtlCraftError, ImportError):
+            self._driver_module()
+
     def connect(self, create: bool = False) -> PgConnection:  # a server database is never created here
         """:meth:`login`, then the schema check, the session's first statement: every error leaves typed."""
         conn = self.login()

@@ -71,6 +71,10 @@ OPTIONS: dict[str, Option] = {
                "Whether deferred waits LISTEN for the change notices of a PostgreSQL Engine DB. Set False when "
                "it is reached through a transaction-mode pooler (PgBouncer pool_mode=transaction), which "
                "does not deliver them; the waits then poll every wait_poll_interval."),
+        Option("recorded_task_link", "boolean", "False",
+               "Whether recorded tasks carry the Engine run extra link too (the claim and the finish always "
+               "do). Airflow stores each link as an XCom when a try ends: one more call to its API per try, "
+               "for a page that is the same for every task of the DAG run (docs/ui.md)."),
         Option("lineage_target_namespace", "string", "",
                "OpenLineage namespace of the warehouse a recorded task's TARGET_OBJECT parameter names a table "
                "of (docs/lineage.md). Empty: the namespace of the datasets the wrapped operator reports, else "

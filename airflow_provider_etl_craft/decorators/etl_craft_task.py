@@ -9,7 +9,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 
 from airflow_provider_etl_craft._compat import DecoratedOperator, TaskDecorator, task_decorator_factory
 from airflow_provider_etl_craft.operators.task_run import RecordedTaskMixin, with_recording_arguments
-from airflow_provider_etl_craft.plugins.links import EngineRunLink
+from airflow_provider_etl_craft.plugins.links import recorded_task_links
 
 
 class _EtlCraftDecoratedOperator(RecordedTaskMixin, DecoratedOperator, PythonOperator):
@@ -19,7 +19,7 @@ class _EtlCraftDecoratedOperator(RecordedTaskMixin, DecoratedOperator, PythonOpe
     template_fields_renderers = {"templates_dict": "json", "op_args": "py", "op_kwargs": "py"}
     custom_operator_name = "@task.etl_craft"
     ui_color = "#dff3e4"
-    operator_extra_links = (EngineRunLink(),)
+    operator_extra_links = recorded_task_links()
 
     @with_recording_arguments
     def __init__(

@@ -30,7 +30,7 @@ from airflow_provider_etl_craft.lineage.memo import Ended, EngineDb
 from airflow_provider_etl_craft.operators import _airflow_view, _lineage, _wait
 from airflow_provider_etl_craft.operators._lineage import LineageMixin
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
-from airflow_provider_etl_craft.plugins.links import EngineRunLink
+from airflow_provider_etl_craft.plugins.links import recorded_task_links
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.records import AttemptHandle
@@ -557,7 +557,7 @@ def recorded(operator_class: OperatorT) -> OperatorT:
             {
                 "__module__": __name__,
                 "__init__": _init,
-                "operator_extra_links": (*operator_class.operator_extra_links, EngineRunLink()),
+                "operator_extra_links": recorded_task_links(operator_class.operator_extra_links),
                 "__doc__": f"{operator_class.__name__}, recorded in the etl-craft Engine DB.",
             },
         )
@@ -569,7 +569,7 @@ class EtlCraftPythonOperator(RecordedTaskMixin, PythonOperator):
     """Run a Python callable as an etl-craft task; its return value gives the counts (see :class:`TaskCounts`)."""
 
     ui_color = "#dff3e4"
-    operator_extra_links = (*PythonOperator.operator_extra_links, EngineRunLink())
+    operator_extra_links = recorded_task_links(PythonOperator.operator_extra_links)
 
     @with_recording_arguments
     def __init__(self, **kwargs: Any) -> None:  # here so Airflow's operator metaclass wraps it

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from airflow_provider_etl_craft.example_dags import demo
-from airflow_provider_etl_craft.plugins.links import run_page
+from airflow_provider_etl_craft.plugins.links import EngineRunLink, run_page
 from harness.deployment import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
 from tests.deployment.dags import HOLD_DAG, KILLED_DAG, RETRY_DAG, render
 
@@ -172,10 +172,20 @@ def check_example_run(deployment: AirflowDeployment, dag_id: str, run_id: str, r
         "WHERE g.PIPELINE_RUN_ID = ? ORDER BY g.DECISION_ID",
         run["PIPELINE_RUN_ID"],
     ) == [("LOAD_ORDERS", "SATISFIED"), ("BUILD_SALES_MART", "SATISFIED")]
-    # The "Engine run" extra link of the claim, a recorded task and the finish: the UI page of this DAG run.
+    # The "Engine run" extra link of the claim and the finish: the UI page of this DAG run. A recorded task
+    # carries none by default ([etl_craft] recorded_task_link, docs/ui.md): no link XCom is written for it.
     page = run_page(dag_id, run_id, engine.conn_id, deployment.base_url)
-    for task_id in ("daily_sales.claim", "daily_sales.load_orders", "daily_sales.finish"):
+    for task_id in ("daily_sales.claim", "daily_sales.finish"):
         assert deployment.extra_links(dag_id, run_id, task_id) == {"Engine run": page}, task_id
+    assert deployment.extra_links(dag_id, run_id, "daily_sales.load_orders") == {}
+
+    def keys(task_id: str) -> set[str]:
+        rows = deployment.meta("SELECT key FROM xcom WHERE dag_id = %s AND run_id = %s AND task_id = %s",
+                               dag_id, run_id, task_id)  # fmt: skip
+        return {key for (key,) in rows}
+
+    assert EngineRunLink().xcom_key in keys("daily_sales.claim")
+    assert not any(key.startswith("_link_") for key in keys("daily_sales.load_orders"))
 
 
 @pytest.mark.parametrize("dialect", ["pg", "sqlite"])

@@ -79,18 +79,39 @@ def test_the_link_is_relative_to_the_base_url_and_encodes_its_values() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "operator_class", [ClaimPipelineRunOperator, FinishPipelineRunOperator, EtlCraftPythonOperator]
-)
-def test_the_provider_operators_carry_the_engine_run_link(operator_class: type) -> None:
+@pytest.mark.parametrize("operator_class", [ClaimPipelineRunOperator, FinishPipelineRunOperator])
+def test_the_claim_and_the_finish_carry_the_engine_run_link(operator_class: type) -> None:
     assert [link.name for link in operator_class.operator_extra_links] == ["Engine run"]
 
 
-def test_a_recorded_operator_keeps_its_own_links_and_adds_the_engine_run_link() -> None:
+def test_recorded_operators_keep_their_own_links_and_add_none_by_default() -> None:
     from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
 
+    from airflow_provider_etl_craft.decorators.etl_craft_task import _EtlCraftDecoratedOperator
+
     own = [link.name for link in SQLExecuteQueryOperator.operator_extra_links]
-    assert [link.name for link in recorded(SQLExecuteQueryOperator).operator_extra_links] == [
-        *own,
-        "Engine run",
-    ]
+    assert [link.name for link in recorded(SQLExecuteQueryOperator).operator_extra_links] == own
+    assert [link.name for link in EtlCraftPythonOperator.operator_extra_links] == []
+    assert [link.name for link in _EtlCraftDecoratedOperator.operator_extra_links] == []
+
+
+def test_recorded_task_link_adds_the_engine_run_link_to_recorded_operators(tmp_path: Path) -> None:
+    # Read when the classes are made, at import: a fresh interpreter with the option set.
+    script = """
+import json
+from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
+from airflow_provider_etl_craft.decorators.etl_craft_task import _EtlCraftDecoratedOperator
+from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator, recorded
+names = lambda cls: [link.name for link in cls.operator_extra_links]
+print(json.dumps([names(SQLExecuteQueryOperator), names(recorded(SQLExecuteQueryOperator)),
+                  names(EtlCraftPythonOperator), names(_EtlCraftDecoratedOperator)]))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__ETL_CRAFT__")}
+    env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__ETL_CRAFT__RECORDED_TASK_LINK="True")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    own, sql, python, decorated = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sql == [*own, "Engine run"]
+    assert python == decorated == ["Engine run"]

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 #: and Airflow can fail a sensor that is up for reschedule on a late executor event (apache/airflow#71172).
 DEFAULT_CLAIM_MIN_RETRIES = 3
 DEFAULT_CLAIM_RETRY_DELAY = timedelta(seconds=10)
+#: Where a finish keeps its outlets, and whether its pipeline Asset is still to be appended to them.
+_OUTLETS, _PENDING_ASSET = "_etl_craft_outlets", "_etl_craft_asset_pending"
 #: Claim actions that leave this DAG run's run IN-PROGRESS.
 _GOT_RUN = (ClaimAction.CREATED, ClaimAction.RESUMED, ClaimAction.REOPENED)
 
@@ -377,19 +379,37 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         lock_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
-        etl_craft_conn_id = etl_craft_conn_id or setting("default_conn_id")
-        if emit_asset:
-            kwargs["outlets"] = [
-                *(kwargs.get("outlets") or []),
-                pipeline_asset(pipeline_code, etl_craft_conn_id),
-            ]
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.pipeline_code = check_code("pipeline_code", pipeline_code)
         self._engine_db(
             etl_craft_conn_id, (etl_craft_profile, profile), (etl_craft_lock_timeout, lock_timeout)
         )
+        # Set after BaseOperator's own ``outlets`` assignment, which clears it.
+        self.__dict__[_PENDING_ASSET] = emit_asset
         #: The run this finish ended: its OpenLineage facet reads it (docs/lineage.md).
         self._etl_craft_finished: Finished | None = None
+
+    @property
+    def outlets(self) -> list[Any]:
+        """The task's outlets; with ``emit_asset``, :func:`pipeline_asset` last, made when first read.
+
+        Airflow reads outlets where they matter (the DAG processor serializing the DAG, this task's own
+        try, ``dag.test()``); every other task process that parses the DAG file never does. Making the
+        Asset costs its first ``Asset`` with a URI scheme in a process, for which Airflow imports every
+        installed provider's asset-URI handlers (40-80 ms), so only the finish's own try pays it
+        (docs/performance.md).
+        """
+        outlets: list[Any] = self.__dict__.setdefault(_OUTLETS, [])
+        if self.__dict__.get(_PENDING_ASSET):
+            self.__dict__[_PENDING_ASSET] = False
+            outlets.append(pipeline_asset(self.pipeline_code, self.etl_craft_conn_id))
+        return outlets
+
+    @outlets.setter
+    def outlets(self, value: list[Any]) -> None:
+        """Replace every outlet, the pipeline's Asset included (as for any operator)."""
+        self.__dict__[_OUTLETS] = value
+        self.__dict__[_PENDING_ASSET] = False
 
     def execute(self, context: Any) -> dict[str, Any]:
         identity = RunIdentity.from_context(context)

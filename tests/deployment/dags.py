@@ -37,6 +37,25 @@ with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=F
 """
 )
 
+# A plain DAG scheduled on a pipeline's Asset: Airflow runs it after each SUCCESS run of the pipeline.
+ASSET_SCHEDULED_DAG = """
+from datetime import datetime
+
+from airflow.sdk import task
+
+from airflow_provider_etl_craft._compat import DAG
+from airflow_provider_etl_craft.operators.pipeline_run import pipeline_asset
+
+with DAG("__DAG_ID__", schedule=[pipeline_asset("__PIPELINE__", "__CONN_ID__")], start_date=datetime(2026, 1, 1),
+         catchup=False) as dag:
+
+    @task
+    def downstream():
+        return 1
+
+    downstream()
+"""
+
 # HOLD waits (bounded) for the file conf["release"] when the run's conf asks for it, after writing
 # conf["started"]; so a test keeps one DAG run's Engine run IN-PROGRESS for as long as it needs.
 # The claim gets retries: a reschedule-mode sensor that pokes every 2 s on a busy machine can be failed by

@@ -19,7 +19,7 @@ import pytest
 from airflow_provider_etl_craft.example_dags import demo
 from airflow_provider_etl_craft.plugins.links import EngineRunLink, run_page
 from harness.deployment import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
-from tests.deployment.dags import HOLD_DAG, KILLED_DAG, RETRY_DAG, render
+from tests.deployment.dags import ASSET_SCHEDULED_DAG, HOLD_DAG, KILLED_DAG, RETRY_DAG, render
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres]
 
@@ -210,6 +210,42 @@ def test_a_task_that_fails_once_is_retried_by_airflow(deployment: AirflowDeploym
     assert run["STATUS"] == "SUCCESS" and run["RUN_KEY"] == f"airflow:{dag_id}:{run_id}"
     assert engine.attempts(run["PIPELINE_RUN_ID"], "FLAKY") == [(1, "FAILED"), (2, "SUCCESS")]
     assert engine.task_runs(run["PIPELINE_RUN_ID"]) == {"FLAKY": ("SUCCESS", 2, 7)}
+
+
+def test_a_success_updates_the_pipeline_asset_and_runs_the_dag_scheduled_on_it(
+    deployment: AirflowDeployment,
+) -> None:
+    """The finish makes its Asset only when its outlets are read (docs/performance.md): the dag-processor's
+    serialization and the finish's own try still see it, so the scheduler runs the DAG scheduled on it."""
+    engine = deployment.pg
+    code, dag_id, downstream = "DEP_ASSET", "dep_asset", "dep_asset_downstream"
+    engine.add_pipeline(code, ["FLAKY"])
+    deployment.write_dag(downstream, render(ASSET_SCHEDULED_DAG, dag_id=downstream, pipeline=code,
+                                            conn_id=engine.conn_id))  # fmt: skip
+    deployment.write_dag(dag_id, render(RETRY_DAG, dag_id=dag_id, pipeline=code, conn_id=engine.conn_id))
+    deployment.wait_parsed(downstream)
+    deployment.wait_parsed(dag_id)
+    uri = f"etl-craft://{engine.conn_id}/{code}"
+    assert deployment.meta(
+        "SELECT a.uri FROM task_outlet_asset_reference r JOIN asset a ON a.id = r.asset_id WHERE r.dag_id = %s",
+        dag_id,
+    ) == [(uri,)]
+
+    run_id = deployment.trigger(dag_id)
+    assert deployment.wait_run(dag_id, run_id) == "success"
+    assert deployment.meta(
+        "SELECT e.source_task_id, e.source_run_id FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+        "WHERE a.uri = %s",
+        uri,
+    ) == [(f"{code.lower()}.finish", run_id)]
+
+    [(downstream_run, run_type)] = deployment.wait_until(
+        lambda: deployment.meta("SELECT run_id, run_type FROM dag_run WHERE dag_id = %s", downstream),
+        90,
+        "a run of the DAG scheduled on the pipeline's Asset",
+    )
+    assert run_type == "asset_triggered"
+    assert deployment.wait_run(downstream, downstream_run) == "success"
 
 
 def test_two_dag_runs_of_one_pipeline_at_once_the_second_claim_waits(deployment: AirflowDeployment,

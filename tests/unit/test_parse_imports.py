@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 DAG_FILE = """
 from datetime import datetime
 
@@ -56,7 +58,27 @@ print(json.dumps(sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules))
 """
 
 
-def test_a_dag_file_with_recorded_tasks_imports_nothing_heavy(tmp_path: Path) -> None:
+#: Counts Airflow's asset-URI normalizer lookups while parsing, then reads the finish's outlets and serializes.
+ASSET_PROBE = """
+import json, runpy, sys
+import airflow.sdk.definitions.asset as assets
+from airflow.serialization import serialized_objects
+
+lookups = []
+normalizer = assets._get_uri_normalizer
+assets._get_uri_normalizer = lambda scheme: lookups.append(scheme) or normalizer(scheme)
+dag = runpy.run_path(sys.argv[1])["dag"]
+parsed = list(lookups)
+(finish,) = [t for t in dag.tasks if type(t).__name__ == "FinishPipelineRunOperator"]
+uris = [outlet.uri for outlet in finish.outlets]
+serializer = getattr(serialized_objects, "DagSerialization", None) or serialized_objects.SerializedDAG
+text = json.dumps(serializer.to_dict(dag))
+print(json.dumps({"parse": parsed, "all": lookups, "uris": uris, "serialized": "etl-craft://" in text}))
+"""
+
+
+def _probe(tmp_path: Path, probe: str, *args: str) -> str:
+    """Run ``probe`` on the DAG file in a fresh interpreter with an Airflow home of its own; its last line."""
     dag_file = tmp_path / "parse_imports.py"
     dag_file.write_text(DAG_FILE)
     home = tmp_path / "airflow"
@@ -68,11 +90,53 @@ def test_a_dag_file_with_recorded_tasks_imports_nothing_heavy(tmp_path: Path) ->
         "PYTHONPATH": os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH")])),
     }
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(dag_file), json.dumps(HEAVY)],
+        [sys.executable, "-c", probe, str(dag_file), *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_a_dag_file_with_recorded_tasks_imports_nothing_heavy(tmp_path: Path) -> None:
+    assert json.loads(_probe(tmp_path, PROBE, json.dumps(HEAVY))) == []
+
+
+@pytest.mark.smoke
+def test_the_finish_makes_its_pipeline_asset_when_its_outlets_are_read(tmp_path: Path) -> None:
+    """Not at parse: a task process that only parses the DAG file never pays Airflow's lookup of an asset-URI
+    normalizer, which imports every installed provider's handlers (docs/performance.md). The DAG processor's
+    serialization and the finish's own try read the outlets, and get the Asset."""
+    seen = json.loads(_probe(tmp_path, ASSET_PROBE))
+    assert seen == {
+        "parse": [],
+        "all": ["etl-craft"],
+        "uris": ["etl-craft://etl_craft_default/PARSE_P"],
+        "serialized": True,
+    }
+
+
+@pytest.mark.smoke
+def test_a_finish_keeps_its_own_outlets_before_the_pipeline_asset() -> None:
+    """``outlets=`` given to the finish come first; ``emit_asset=False`` adds none; assigning replaces them all."""
+    import copy
+
+    from airflow.sdk import Asset
+
+    from airflow_provider_etl_craft.operators.pipeline_run import FinishPipelineRunOperator
+
+    mine = Asset("file:///warehouse/orders")
+    finish = FinishPipelineRunOperator(task_id="finish", pipeline_code="SALES", outlets=[mine])
+    twin = copy.deepcopy(finish)
+    assert [o.uri for o in finish.outlets] == [
+        "file:///warehouse/orders",
+        "etl-craft://etl_craft_default/SALES",
+    ]
+    assert finish.outlets is finish.outlets  # one list: Airflow's add_outlets extends it
+    assert [o.uri for o in twin.outlets] == [o.uri for o in finish.outlets]
+    quiet = FinishPipelineRunOperator(task_id="quiet", pipeline_code="SALES", emit_asset=False, outlets=mine)
+    assert quiet.outlets == [mine]
+    twin.outlets = [mine]
+    assert twin.outlets == [mine]

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 from msgspec import Struct
 
 from airflow_provider_etl_craft.runs.changes import watch_state
 from airflow_provider_etl_craft.settings import setting
-
-if TYPE_CHECKING:
-    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
 
 T = TypeVar("T")
 
@@ -75,10 +72,14 @@ def reschedule_interval(poke_interval: float) -> float:
     return max(float(poke_interval), hand_back_delay())
 
 
-def seen_state(hook: EngineDBHook, pipeline_code: str) -> list[int]:
-    """The fingerprint of ``pipeline_code``'s wait, on a connection of its own."""
-    with hook.lifecycle() as lifecycle:
-        return watch_state(lifecycle.engine, lifecycle.conn, pipeline_code)
+def seen_state(wait: Wait) -> list[int]:
+    """The fingerprint of ``wait``'s pipeline, on the process's Engine DB connection (the look before it
+    used that connection too)."""
+    from airflow_provider_etl_craft.operators._engine import try_engine
+    from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
+
+    with lent_lifecycle(try_engine(*wait.engine_db)) as lifecycle:
+        return watch_state(lifecycle.engine, lifecycle.conn, wait.pipeline_code)
 
 
 def deadline(timeout: float, carried: str | None) -> datetime:
@@ -120,13 +121,7 @@ def look_or_defer(
             if looked.reason:
                 task.log.info("etl-craft: %s; deferred until it changes", looked.reason)
             defer(task, wait, seen, until=until)
-        seen = seen_state(_hook(wait), wait.pipeline_code)
-
-
-def _hook(wait: Wait) -> EngineDBHook:
-    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
-
-    return EngineDBHook(etl_craft_conn_id=wait.engine_db[0], profile=wait.engine_db[1])
+        seen = seen_state(wait)
 
 
 def defer(task: Any, wait: Wait, seen: list[int], *, until: datetime) -> NoReturn:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from airflow_provider_etl_craft.runs.vocabulary import ClaimAction, RunStatus
 from airflow_provider_etl_craft.settings import setting
 
 if TYPE_CHECKING:
-    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+    from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
     from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
 #: Retries a claim has at least, whatever the DAG's: a claim's retry is idempotent (it resumes its own run),
@@ -77,10 +78,17 @@ class _PipelineOperatorMixin(LineageMixin):
         )
         self.etl_craft_lock_timeout = setting("lock_timeout") if timeout is None else timeout
 
-    def _hook(self) -> EngineDBHook:
-        from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+    def _engine(self, step: str) -> EngineDialect:
+        """This try's Engine DB (the process's one connection, its login started; docs/performance.md): the
+        module of the run lifecycle's ``step`` loads meanwhile."""
+        from airflow_provider_etl_craft.operators._engine import try_engine
 
-        return EngineDBHook(etl_craft_conn_id=self.etl_craft_conn_id, profile=self.etl_craft_profile)
+        return try_engine(self.etl_craft_conn_id, self.etl_craft_profile, step)
+
+    def _lifecycle(self, engine: EngineDialect) -> AbstractContextManager[RunLifecycle]:
+        from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
+
+        return lent_lifecycle(engine, self.etl_craft_lock_timeout)
 
 
 class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
@@ -249,10 +257,10 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
                 codes = list(pipeline_tasks(self.dag, self.pipeline_code))
             except ValueError as exc:
                 raise AirflowFailException(f"[METADATA] {exc}") from None
-        hook = self._hook()
         with airflow_outcome():
-            require_same_machine(hook.engine.name, self, f"DAG {identity.dag_id}, task {self.task_id}")
-        with airflow_outcome(), hook.lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+            engine = self._engine("claim")
+            require_same_machine(engine.name, self, f"DAG {identity.dag_id}, task {self.task_id}")
+        with airflow_outcome(), self._lifecycle(engine) as lifecycle:
             for _ in range(3):
                 outcome = lifecycle.claim(self.pipeline_code, identity, codes, where=f"DAG {identity.dag_id}")
                 self._looked(outcome.action)
@@ -427,7 +435,7 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
             for code, tid in tasks.items()
             if self.dag.get_task(tid).is_teardown and not self.dag.get_task(tid).on_failure_fail_dagrun
         ]
-        with airflow_outcome(), self._hook().lifecycle(self.etl_craft_lock_timeout) as lifecycle:
+        with airflow_outcome(), self._lifecycle(self._engine("finish")) as lifecycle:
             outcome = lifecycle.finish_run(
                 self.pipeline_code, identity, states, map_states, not_deciding=lenient
             )

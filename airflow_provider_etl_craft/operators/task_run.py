@@ -134,16 +134,12 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
 
         A try's first use starts the login in the background and loads the modules of the attempt's steps
         meanwhile (docs/performance.md, "In the task process")."""
-        from airflow_provider_etl_craft.config.connection import profile_for_conn_id
-        from airflow_provider_etl_craft.engine.reuse import engine_for, log_in_ahead
+        from airflow_provider_etl_craft.operators._engine import try_engine
 
         if self._etl_craft_engine is None:
-            profile = profile_for_conn_id(
-                self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile
+            self._etl_craft_engine = try_engine(
+                self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile, "attempts", "start"
             )
-            self._etl_craft_engine = engine_for(profile)
-            log_in_ahead(self._etl_craft_engine)
-            from airflow_provider_etl_craft.runs import attempts, start  # noqa: F401 - loaded during the login
         from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
 
         return lent_lifecycle(self._etl_craft_engine, self.etl_craft_lock_timeout)

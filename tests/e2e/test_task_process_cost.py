@@ -1,15 +1,18 @@
-"""A recorded task's try starts and ends its attempt on one Engine DB session (issue 26 item 7).
+"""A task process reaches the Engine DB on one session: a recorded try's start and end share it (issue 26 item 7).
 
-The task process borrows one connection for the start and gives it back idle, in autocommit, then borrows it
-again for the end (:mod:`airflow_provider_etl_craft.engine.reuse`). Seen from the server: while the work
-runs, the only other session of the Engine role in the database is the one the start used, and after the run
-that same backend's last statement is the end of the attempt.
+Every step of a task borrows the process's one connection and gives it back idle, in autocommit
+(:mod:`airflow_provider_etl_craft.engine.reuse`): the claim, the start of an attempt, its end, the finish.
+``dag.test()`` runs every task in this one process, so the whole DAG run is one Engine session. Seen from the
+server: while the work runs, the Engine role's only other session in the database is the one the claim and
+the start used; after the run it is still the only one, and its last statement is the finish's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -84,11 +87,70 @@ def test_start_and_end_of_an_attempt_share_one_engine_session(pipeline: Pipeline
     with closing(pipeline.engine.database.connect()) as conn, conn.cursor() as cur:  # type: ignore[attr-defined]
         cur.execute(SESSIONS)
         after = dict(cur.fetchall())
-    # While the work ran: one Engine session, the start's, idle.
+    # While the work ran: one Engine session, the one the claim and the start used, idle.
     assert len(during) == 1, during
     (pid,) = during
     assert "AUD_TASK_ATTEMPTS" in during[pid].upper()
-    # After the run: the same backend, and its last statement ended the attempt.
-    assert pid in after, (during, after)
-    assert "UPDATE AUD_TASK_ATTEMPTS SET STATUS" in after[pid].upper(), after[pid]
+    # After the run: still that one session (the end and the finish borrowed it), last used by the finish.
+    assert list(after) == [pid], (during, after)
+    assert "ETL_CRAFT_FINISH(" in after[pid].upper(), after[pid]
     assert os.getpid() != pid
+
+
+SQLITE_DAG = """
+from datetime import datetime
+
+from airflow_provider_etl_craft._compat import DAG
+from airflow_provider_etl_craft.decorators import etl_craft_task
+from airflow_provider_etl_craft.task_groups import etl_craft_pipeline
+
+with DAG("__DAG_ID__", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+         default_args={"retries": 0}) as dag:
+    with etl_craft_pipeline("ONE_SESSION_P", claim_kwargs={"poke_interval": 1, "timeout": 60}):
+
+        @etl_craft_task(task_id="work")
+        def work() -> int:
+            return 1
+
+        work()
+"""
+
+#: Runs the DAG file with dag.test() in a fresh interpreter; prints which of the modules named are loaded then.
+TRIES_PROBE = """
+import json, sys
+from pathlib import Path
+from airflow_provider_etl_craft.testing import run_dag_test
+from tests.e2e.pipeline_dags import load_dag
+
+run = run_dag_test(load_dag(Path(sys.argv[1])))
+assert str(run.state).endswith("success"), run.state
+print(json.dumps(sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)))
+"""
+
+
+@pytest.fixture
+def sqlite_pipeline(
+    make_engine, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Pipeline]:
+    yield Pipeline(make_engine("sqlite"), airflow_db, tmp_path, monkeypatch, migration=MIGRATION)
+
+
+def test_the_claim_the_tasks_and_the_finish_never_import_the_hook(sqlite_pipeline: Pipeline) -> None:
+    """No try constructs EngineDBHook, so none imports common-sql and sqlparse (docs/performance.md)."""
+    dag_file = write_dag(sqlite_pipeline.dags, SQLITE_DAG, "e2e_no_hook")
+    heavy = [
+        "airflow_provider_etl_craft.hooks.engine_db",
+        "airflow.providers.common.sql.hooks.sql",
+        "sqlparse",
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run([sys.executable, "-c", TRIES_PROBE, str(dag_file), json.dumps(heavy)],
+                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    [(run_id, status, *_)] = sqlite_pipeline.runs()
+    assert status == "SUCCESS"
+    assert sqlite_pipeline.task_runs(run_id) == {"WORK": ("SUCCESS", 1, 1, None)}

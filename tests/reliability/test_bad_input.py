@@ -361,9 +361,11 @@ NESTING = 1000
 
 
 def nested_config(tmp_path: Path) -> Path:
-    """A valid YAML document whose (ignored) Orchestration section is nested 1,000 lists deep."""
+    """A valid YAML document whose (ignored) Orchestration section is nested 1,000 lists deep, or as deep as
+    this process's recursion limit (Airflow's operator ``__deepcopy__`` raises it to 5,000 for the process)."""
     path = tmp_path / "craft-connector.yml"
-    path.write_text("Orchestration: " + "[" * NESTING + "]" * NESTING + "\n"
+    nesting = max(NESTING, sys.getrecursionlimit())
+    path.write_text("Orchestration: " + "[" * nesting + "]" * nesting + "\n"
                     "Engine:\n  dev:\n    jdbc_url: jdbc:sqlite:engine/e.db\n", encoding="utf-8")  # fmt: skip
     return path
 

@@ -138,7 +138,10 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
 
         if self._etl_craft_engine is None:
             self._etl_craft_engine = try_engine(
-                self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile, "attempts", "start"
+                self.etl_craft_conn_id or setting("default_conn_id"),
+                self.etl_craft_profile,
+                "attempts",
+                "start",
             )
         from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
 

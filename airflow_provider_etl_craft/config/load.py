@@ -31,8 +31,8 @@ class _DuplicateKey(Exception):
         self.key, self.line, self.first_line = key, line, first_line
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key written twice in one mapping (PyYAML silently keeps the last)."""
+class _Strict(yaml.constructor.SafeConstructor):
+    """SafeConstructor that refuses a key written twice in one mapping (PyYAML silently keeps the last)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         # As etl-craft: keys are checked after '<<' merges, so a key a merge already gives is a duplicate too.
@@ -49,6 +49,34 @@ class _StrictLoader(yaml.SafeLoader):
                 raise _DuplicateKey(key, line, first)
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+class _StrictLoader(_Strict, yaml.SafeLoader):
+    """PyYAML's own parser, in Python: its errors are the ones users see."""
+
+
+#: The same rules on libyaml's parser (PyYAML's C binding, when built with it): about eight times faster on a
+#: craft-connector.yml, which a task process reads once per try (docs/performance.md, "In the task process").
+_FastStrictLoader: type | None = (
+    type("_FastStrictLoader", (_Strict, yaml.CSafeLoader), {})
+    if getattr(yaml, "__with_libyaml__", False)
+    else None
+)
+
+
+def _parse(text: str) -> Any:
+    """The document in ``text``, as :class:`_StrictLoader` reads it.
+
+    libyaml reads it first where it can: a text the Python reader accepts (no character it refuses, such as
+    NUL) that libyaml parses without error gives the same document. Anything libyaml refuses is read again by
+    the Python parser, so every error, and every message, is that parser's.
+    """
+    if _FastStrictLoader is not None and not yaml.reader.Reader.NON_PRINTABLE.search(text):
+        try:
+            return yaml.load(text, Loader=_FastStrictLoader)  # noqa: S506 - a SafeLoader with strict mappings
+        except Exception:  # noqa: S110 - read again below, for the Python parser's error
+            pass
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
 
 
 class _BadKey(Exception):
@@ -88,7 +116,7 @@ def load_connector_file(path: Path) -> ConnectorFile:
     """
     text = read_text(path, str(path))
     try:
-        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
+        document = _parse(text)
     except _DuplicateKey as dup:
         raise ConfigurationError(
             f"{path}: key '{dup.key}' appears twice (lines {dup.first_line} and {dup.line}; a key a '<<' merge "

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from msgspec import Struct
 
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.engine.url import Target
@@ -13,8 +14,7 @@ if TYPE_CHECKING:
 ConnSlot = Literal["login", "password", "extra"]
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(Struct, frozen=True):
     """One profile key of an auth mode, and how it appears in an Airflow connection and its form.
 
     ``secret``: the key names a variable holding a secret (resolved from the secrets source and masked);
@@ -71,19 +71,24 @@ class ProfileView(Protocol):
     def describe(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class AuthMode:
+class AuthMode(Struct, frozen=True):
     """One login method: the keys it takes, the driver that opens its connections, and ``connect_kwargs``.
 
-    Subclasses add behaviour only; each registered instance is the one declaration of its mode's shape.
+    Subclasses add behaviour only; each registered instance is the one declaration of its mode's shape. Like
+    :class:`Field`, a ``msgspec.Struct``: every Airflow process loads this module (the provider's connection form
+    is derived from it), and a dataclass costs a process about half a millisecond to define
+    (docs/performance.md, "In the task process").
     """
 
     name: str
     #: One line on what the mode sends, for the table of modes in docs/auth.md.
-    summary: str = field(repr=False)
-    fields: tuple[Field, ...] = field(default=(), repr=False)
+    summary: str
+    fields: tuple[Field, ...] = ()
     #: psycopg2, or psycopg (3) where libpq ≥ 18 is needed.
-    driver: str = field(default="psycopg2", repr=False)
+    driver: str = "psycopg2"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
 
     @property
     def required_keys(self) -> tuple[str, ...]:

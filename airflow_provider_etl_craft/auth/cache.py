@@ -16,8 +16,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from msgspec import Struct
 
 V = TypeVar("V")
 
@@ -43,8 +44,7 @@ def usable_for(lifetime: float) -> float:
     return lifetime - margin
 
 
-@dataclass
-class _Entry(Generic[V]):
+class _Entry(Struct, Generic[V]):
     value: V
     refresh_at: float  # time.monotonic()
     #: Handed out from the cache (not only to the caller whose fetch made it).

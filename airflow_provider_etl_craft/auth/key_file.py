@@ -12,7 +12,7 @@ from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.paths import checked_path
 
 
-class KeyFileAuth(AuthMode):
+class KeyFileAuth(AuthMode, frozen=True):
     """The client key (and certificate) on disk, relative paths beside craft-connector.yml.
 
     ``secret`` names the key's passphrase when the key is encrypted. The server's ``pg_hba.conf`` must

@@ -22,7 +22,7 @@ DEFAULT_LIFETIME = 300.0
 _TOKENS: ExpiringCache[str] = ExpiringCache()
 
 
-class OAuthAuth(AuthMode):
+class OAuthAuth(AuthMode, frozen=True):
     """``token_url`` receives a form POST (``grant_type=client_credentials``, ``client_id``,
     ``client_secret``, optional ``scope``); the ``access_token`` of its JSON answer is the password.
 

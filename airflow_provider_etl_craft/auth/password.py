@@ -10,7 +10,7 @@ from typing import Any
 from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
 
 
-class SecretAsPassword(AuthMode):
+class SecretAsPassword(AuthMode, frozen=True):
     """A mode whose only credential is ``secret``, sent unchanged as the password."""
 
     def connect_kwargs(self, profile: ProfileView) -> dict[str, Any]:

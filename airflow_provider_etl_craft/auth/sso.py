@@ -15,7 +15,7 @@ from airflow_provider_etl_craft.errors import ConfigurationError
 MIN_LIBPQ = 180000
 
 
-class SsoAuth(AuthMode):
+class SsoAuth(AuthMode, frozen=True):
     """libpq signs in with the issuer itself; the mode passes the issuer, the client id and, when the profile
     gives them (as etl-craft does), the client secret and the scope on."""
 

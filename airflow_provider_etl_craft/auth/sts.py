@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct
 
 from airflow_provider_etl_craft import _compat
 from airflow_provider_etl_craft.auth.base import USER, AuthMode, Field, ProfileView
@@ -27,14 +28,16 @@ SESSION_NAME = "etl-craft-airflow"
 TOKEN_LIFETIME = 900.0
 
 
-@dataclass(frozen=True)
-class RoleKeys:
-    """Temporary credentials of an assumed role, and when AWS expires them."""
+class RoleKeys(Struct, frozen=True):
+    """Temporary credentials of an assumed role, and when AWS expires them (the secret parts never in its repr)."""
 
     access_key_id: str
-    secret_access_key: str = field(repr=False)
-    session_token: str = field(repr=False)
+    secret_access_key: str
+    session_token: str
     expiration: datetime.datetime
+
+    def __repr__(self) -> str:
+        return f"RoleKeys(access_key_id={self.access_key_id!r}, expiration={self.expiration!r})"
 
     def seconds_left(self) -> float:
         return (self.expiration - datetime.datetime.now(datetime.UTC)).total_seconds()
@@ -46,7 +49,7 @@ _ROLES: ExpiringCache[RoleKeys] = ExpiringCache()
 _TOKENS: ExpiringCache[str] = ExpiringCache()
 
 
-class StsAuth(AuthMode):
+class StsAuth(AuthMode, frozen=True):
     """Signs an RDS IAM token per profile and process (cached, see the module); TLS is required unless the URL
     says otherwise."""
 

@@ -15,6 +15,11 @@ The plain DAG is one Airflow ``@task``; the recorded one is the same function as
 parent process claims the Engine run before the child starts and finishes it afterwards. Both on a SQLite
 and a PostgreSQL Engine DB; ``repeats`` tries each, alternating; medians, and recorded minus plain.
 
+In a recorded try the child also times the provider's phases (:data:`PHASES`: the profile, the login, the
+start and end statements…), by wrapping the functions that do them, so the table says where the extra goes. On
+PostgreSQL the parent also logs in bare, with the driver alone and the Engine profile's connection settings, from
+fresh interpreters (:func:`bare_login`): what a login and a first statement cost any client of that server.
+
 On PostgreSQL it runs twice: in a cold interpreter, and with the driver (``psycopg2``) imported before the
 DAG file, as in a task process under a real scheduler whose metadata database is PostgreSQL: the executor
 forks it with the driver loaded (docs/benchmarks.md), so the import is not the provider's to pay there. Both
@@ -50,6 +55,16 @@ VARIANTS = {
     "postgresql_driver_loaded": ("PostgreSQL, driver loaded", "psycopg2"),
 }
 TASK_CODE = "T01"
+#: The provider's phases of a recorded try that the child times, in the order a try meets them.
+PHASES = {
+    "profile": "the Engine profile from the Airflow connection",
+    "dialect": "the process's dialect for it",
+    "login_start": "starting the login (the driver's import, where it is not loaded)",
+    "step_modules": "loading the try's step modules, while the login runs",
+    "login_wait": "waiting for the login (TLS, SCRAM, the schema check)",
+    "start": "the start step (its statement opens the attempt)",
+    "end": "the end step (its statement ends the attempt)",
+}
 
 PLAIN_DAG = '''"""Benchmark: one plain @task."""
 import time
@@ -111,6 +126,48 @@ def _airflow_env(home: Path, engine_config: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- the child: one task process
 
 
+def _time_phases() -> dict[str, float]:
+    """Wrap the functions behind :data:`PHASES` so that each adds its time (ms) to the returned dict.
+
+    ``step_modules`` is what ``try_engine`` spends beyond the profile, the dialect and the login's start.
+    """
+    import functools
+    import importlib
+
+    spent: dict[str, float] = {}
+
+    def timed(owner: Any, name: str, phase: str) -> None:
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[phase] = spent.get(phase, 0.0) + (time.perf_counter() - started) * 1000
+
+        setattr(owner, name, wrapper)
+
+    package = "airflow_provider_etl_craft"
+    reuse = importlib.import_module(f"{package}.engine.reuse")
+    timed(importlib.import_module(f"{package}.config.connection"), "profile_for_conn_id", "profile")
+    timed(reuse, "engine_for", "dialect")
+    timed(reuse, "log_in_ahead", "login_start")
+    timed(reuse._Login, "take", "login_wait")
+    timed(importlib.import_module(f"{package}.operators._engine"), "try_engine", "try_engine")
+    timed(importlib.import_module(f"{package}.runs.start").StartAttempt, "__call__", "start")
+    timed(importlib.import_module(f"{package}.runs.attempts").EndAttempt, "__call__", "end")
+    return spent
+
+
+def _phases(spent: dict[str, float]) -> dict[str, float]:
+    """:data:`PHASES` from the wrapped functions' times (a phase the try did not meet is 0)."""
+    out = {phase: spent.get(phase, 0.0) for phase in PHASES if phase != "step_modules"}
+    out["step_modules"] = spent.get("try_engine", 0.0) - out["profile"] - out["dialect"] - out["login_start"]
+    return {phase: out[phase] for phase in PHASES}
+
+
 def child(dag_file: Path, logical_date: str) -> dict[str, Any]:
     """One try in this fresh interpreter (see the module docstring); returns its timings."""
     import importlib
@@ -132,6 +189,7 @@ def child(dag_file: Path, logical_date: str) -> dict[str, Any]:
     import_ms = (time.perf_counter() - started) * 1000
 
     dag = module.dag
+    spent = _time_phases() if "airflow_provider_etl_craft" in sys.modules else None
     task = dag.get_task("t01")
     cls = type(task)
     execute = cls.execute
@@ -170,6 +228,7 @@ def child(dag_file: Path, logical_date: str) -> dict[str, Any]:
         "import_ms": import_ms,
         "before_ms": (times["callable_start"] - marks["execute_start"]) * 1000,
         "after_ms": (marks["execute_end"] - times["callable_end"]) * 1000,
+        **({} if spent is None else {"phases": _phases(spent)}),
         "heavy_modules": sorted(
             m
             for m in ("sqlparse", "psycopg2", "psycopg", "filelock", "boto3", "requests")
@@ -238,12 +297,51 @@ def measure_engine(
         "plain": plain,
         "recorded": recorded,
         "extra_ms": {k: recorded[k] - plain[k] for k in plain},
+        "phases_ms": {p: statistics.median(s["phases"][p] for s in samples["recorded"]) for p in PHASES},
         "heavy_modules_in_recorded_task": samples["recorded"][-1]["heavy_modules"],
         "samples": samples,
     }
     log(f"  {name}: recorded - plain = {result['extra_ms']['around_ms']:.1f} ms around the callable, "
         f"{result['extra_ms']['import_ms']:.1f} ms importing the DAG file")  # fmt: skip
     return result
+
+
+BARE_LOGIN = """
+import json, sys, time
+settings = json.loads(sys.stdin.read())
+started = time.perf_counter()
+import psycopg2
+imported = time.perf_counter()
+conn = psycopg2.connect(**settings["connect"])
+connected = time.perf_counter()
+conn.autocommit = True
+with conn.cursor() as cur:
+    cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (settings["schema"],))
+    cur.fetchone()
+queried = time.perf_counter()
+conn.close()
+print(json.dumps({"import_ms": (imported - started) * 1000, "connect_ms": (connected - imported) * 1000,
+                  "first_query_ms": (queried - connected) * 1000}))
+"""
+
+
+def bare_login(engine_config: Path, repeats: int) -> dict[str, float]:
+    """``repeats`` logins to the Engine DB of ``engine_config`` with ``psycopg2`` alone, each in a fresh interpreter
+    (the settings the dialect passes the driver, on stdin: they hold the secret): the driver's import, the
+    connect (TLS, SCRAM, the server's new backend) and a first query (the schema check's). Medians, ms."""
+    from airflow_provider_etl_craft.engine.dialects import dialect_for
+    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+
+    profile = EngineDBHook.from_config(engine_config).profile
+    dialect = dialect_for(profile)
+    settings = json.dumps({"connect": dialect.connect_kwargs(), "schema": profile.schema})  # type: ignore[attr-defined]
+    runs = []
+    for _ in range(repeats + 1):  # the first warms the OS file cache, not counted
+        done = subprocess.run(
+            [sys.executable, "-c", BARE_LOGIN], input=settings, capture_output=True, text=True, check=True
+        )
+        runs.append(json.loads(done.stdout))
+    return {key: statistics.median(run[key] for run in runs[1:]) for key in runs[0]}
 
 
 def measure(workdir: Path, repeats: int, postgresql: bool, log: Any = print) -> dict[str, Any]:
@@ -280,6 +378,7 @@ def measure(workdir: Path, repeats: int, postgresql: bool, log: Any = print) -> 
             seed_pipelines(init_engine(pg.config_path), [(PIPELINE_CODE, (TASK_CODE,))])
             for name in ("postgresql", "postgresql_driver_loaded"):
                 results[name] = measure_engine(name, pg.config_path, home, dags, repeats, log)
+            results["bare_login"] = bare_login(pg.config_path, repeats)
         finally:
             pg.stop()
     return results
@@ -305,7 +404,21 @@ def render(results: dict[str, Any]) -> str:
     lines += [
         "   postgresql_driver_loaded: psycopg2 imported before the try, as a task process forked by",
         "   a scheduler whose metadata database is PostgreSQL has it",
+        "",
+        "Where a recorded try's time goes: the provider's phases (median ms)",
+        f"{'Engine DB':<26}" + "".join(f"{phase:>13}" for phase in PHASES),
     ]
+    for engine in VARIANTS:
+        phases = (results.get(engine) or {}).get("phases_ms")
+        if phases:
+            lines.append(f"{engine:<26}" + "".join(f"{phases[phase]:>13.1f}" for phase in PHASES))
+    lines += [f"   {phase}: {text}" for phase, text in PHASES.items()]
+    bare = results.get("bare_login")
+    if bare:
+        lines.append(
+            f"Bare psycopg2 login to the same server, fresh interpreter (median ms): import {bare['import_ms']:.1f}, "
+            f"connect {bare['connect_ms']:.1f}, first query {bare['first_query_ms']:.1f}"
+        )
     return "\n".join(lines)
 
 

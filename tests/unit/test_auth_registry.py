@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from airflow.models.connection import Connection
 
 from airflow_provider_etl_craft.auth import AUTH_MODES, AuthMode, Field
+from airflow_provider_etl_craft.auth.sts import RoleKeys
 from airflow_provider_etl_craft.config import load_engine_profile
 from airflow_provider_etl_craft.config.connection import profile_from_connection
 from airflow_provider_etl_craft.get_provider_info import CONN_FIELDS
@@ -161,3 +165,20 @@ def test_a_secret_field_is_the_connections_password_and_nothing_else_is() -> Non
         Field("secret", "Secret", "a secret", secret=True)
     with pytest.raises(ValueError, match="secret"):
         Field("region", "Region", "a region", conn="password")
+
+
+def test_the_registry_records_are_values_that_travel() -> None:
+    """Modes compare, hash, pickle and deep-copy as values (a profile carries its mode into a task's operator
+    and a pickled executor payload), and a mode's repr names it and nothing else."""
+    for name, mode in AUTH_MODES.items():
+        assert pickle.loads(pickle.dumps(mode)) == mode
+        assert copy.deepcopy(mode) == mode and hash(copy.deepcopy(mode)) == hash(mode)
+        assert repr(mode) == f"{type(mode).__name__}(name={name!r})"
+    assert AUTH_MODES["password"] != AUTH_MODES["token"]
+
+
+def test_assumed_role_credentials_never_show_their_secrets() -> None:
+    keys = RoleKeys("AKIAEXAMPLE", "wJalr-secret-access-key", "session-token-value", datetime.now(UTC))
+    for shown in (repr(keys), str(keys), f"{keys!r}", repr([keys])):
+        assert "AKIAEXAMPLE" in shown
+        assert "wJalr-secret-access-key" not in shown and "session-token-value" not in shown

@@ -129,10 +129,12 @@ def _airflow_env(home: Path, engine_config: Path) -> dict[str, str]:
 def _time_phases() -> dict[str, float]:
     """Wrap the functions behind :data:`PHASES` so that each adds its time (ms) to the returned dict.
 
+    A module the try has not loaded yet is wrapped once the try loads it (a ``sys.meta_path`` finder that
+    answers for those modules only), so its import stays in the try's time, where the try pays it.
     ``step_modules`` is what ``try_engine`` spends beyond the profile, the dialect and the login's start.
     """
     import functools
-    import importlib
+    import importlib.machinery
 
     spent: dict[str, float] = {}
 
@@ -150,14 +152,44 @@ def _time_phases() -> dict[str, float]:
         setattr(owner, name, wrapper)
 
     package = "airflow_provider_etl_craft"
-    reuse = importlib.import_module(f"{package}.engine.reuse")
-    timed(importlib.import_module(f"{package}.config.connection"), "profile_for_conn_id", "profile")
-    timed(reuse, "engine_for", "dialect")
-    timed(reuse, "log_in_ahead", "login_start")
-    timed(reuse._Login, "take", "login_wait")
-    timed(importlib.import_module(f"{package}.operators._engine"), "try_engine", "try_engine")
-    timed(importlib.import_module(f"{package}.runs.start").StartAttempt, "__call__", "start")
-    timed(importlib.import_module(f"{package}.runs.attempts").EndAttempt, "__call__", "end")
+    #: Per module: (attribute path, phase) of each function to time.
+    pending: dict[str, tuple[tuple[str, str], ...]] = {
+        f"{package}.config.connection": (("profile_for_conn_id", "profile"),),
+        f"{package}.engine.reuse": (
+            ("engine_for", "dialect"),
+            ("log_in_ahead", "login_start"),
+            ("_Login.take", "login_wait"),
+        ),
+        f"{package}.operators._engine": (("try_engine", "try_engine"),),
+        f"{package}.runs.start": (("StartAttempt.__call__", "start"),),
+        f"{package}.runs.attempts": (("EndAttempt.__call__", "end"),),
+    }
+
+    def wrap(module: Any, functions: tuple[tuple[str, str], ...]) -> None:
+        for dotted, phase in functions:
+            *owners, name = dotted.split(".")
+            timed(functools.reduce(getattr, owners, module), name, phase)
+
+    for name in [name for name in pending if name in sys.modules]:
+        wrap(sys.modules[name], pending.pop(name))
+
+    class AfterImport:
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
+            functions = pending.pop(name, None)
+            spec = None if functions is None else importlib.machinery.PathFinder.find_spec(name, path)
+            if functions is None or spec is None or spec.loader is None:
+                return None
+            load = spec.loader.exec_module
+
+            def exec_module(module: Any) -> None:
+                load(module)
+                wrap(module, functions)
+
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+            return spec
+
+    sys.meta_path.insert(0, AfterImport())
     return spent
 
 

@@ -60,7 +60,7 @@ PHASES = {
     "profile": "the Engine profile from the Airflow connection",
     "dialect": "the process's dialect for it",
     "login_start": "starting the login (the driver's import, where it is not loaded)",
-    "step_modules": "loading the try's step modules, while the login runs",
+    "modules": "loading the modules the try uses: the profile's and the connection's, then the steps' while the login runs",
     "login_wait": "waiting for the login (TLS, SCRAM, the schema check)",
     "start": "the start step (its statement opens the attempt)",
     "end": "the end step (its statement ends the attempt)",
@@ -131,7 +131,7 @@ def _time_phases() -> dict[str, float]:
 
     A module the try has not loaded yet is wrapped once the try loads it (a ``sys.meta_path`` finder that
     answers for those modules only), so its import stays in the try's time, where the try pays it.
-    ``step_modules`` is what ``try_engine`` spends beyond the profile, the dialect and the login's start.
+    ``modules`` is what ``try_engine`` spends beyond the profile, the dialect and the login's start: its imports.
     """
     import functools
     import importlib.machinery
@@ -195,8 +195,8 @@ def _time_phases() -> dict[str, float]:
 
 def _phases(spent: dict[str, float]) -> dict[str, float]:
     """:data:`PHASES` from the wrapped functions' times (a phase the try did not meet is 0)."""
-    out = {phase: spent.get(phase, 0.0) for phase in PHASES if phase != "step_modules"}
-    out["step_modules"] = spent.get("try_engine", 0.0) - out["profile"] - out["dialect"] - out["login_start"]
+    out = {phase: spent.get(phase, 0.0) for phase in PHASES if phase != "modules"}
+    out["modules"] = spent.get("try_engine", 0.0) - out["profile"] - out["dialect"] - out["login_start"]
     return {phase: out[phase] for phase in PHASES}
 
 
@@ -280,6 +280,19 @@ def _summary(samples: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def _child_env(home: Path, engine_config: Path) -> dict[str, str]:
+    """The environment of a try's fresh interpreter."""
+    env = {
+        **os.environ,
+        **_airflow_env(home, engine_config),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        # As an installed provider: bytecode cached (the warm-up writes it, outside the source tree).
+        "PYTHONPYCACHEPREFIX": str(home.parent / "pycache"),
+    }
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def measure_engine(
     name: str, engine_config: Path, home: Path, dags: dict[str, Path], repeats: int, log: Any
 ) -> dict[str, Any]:
@@ -292,14 +305,7 @@ def measure_engine(
     from airflow_provider_etl_craft.runs.identity import RunIdentity
 
     hook = EngineDBHook.from_config(engine_config)
-    env = {
-        **os.environ,
-        **_airflow_env(home, engine_config),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        # As an installed provider: bytecode cached (the warm-up writes it, outside the source tree).
-        "PYTHONPYCACHEPREFIX": str(home.parent / "pycache"),
-    }
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = _child_env(home, engine_config)
     env[PRELOAD_VAR] = VARIANTS[name][1]
     samples: dict[str, list[dict[str, Any]]] = {"plain": [], "recorded": []}
     offset = timedelta(days=1000 * list(VARIANTS).index(name))  # each variant its own run keys
@@ -357,20 +363,26 @@ print(json.dumps({"import_ms": (imported - started) * 1000, "connect_ms": (conne
 """
 
 
-def bare_login(engine_config: Path, repeats: int) -> dict[str, float]:
+def bare_login(engine_config: Path, home: Path, repeats: int) -> dict[str, float]:
     """``repeats`` logins to the Engine DB of ``engine_config`` with ``psycopg2`` alone, each in a fresh interpreter
-    (the settings the dialect passes the driver, on stdin: they hold the secret): the driver's import, the
-    connect (TLS, SCRAM, the server's new backend) and a first query (the schema check's). Medians, ms."""
-    from airflow_provider_etl_craft.engine.dialects import dialect_for
-    from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+    (the settings the dialect passes the driver, on stdin: they hold the secret): the driver's import (with the
+    standard-library modules it needs, which a task process has loaded already: not comparable with the
+    tries'), the connect (TLS, SCRAM, the server's new backend) and a first query (the schema check's).
+    Medians, ms."""
+    from airflow_provider_etl_craft.config import load_engine_profile
+    from airflow_provider_etl_craft.engine.dialects.postgresql import PostgresDialect
 
-    profile = EngineDBHook.from_config(engine_config).profile
-    dialect = dialect_for(profile)
-    settings = json.dumps({"connect": dialect.connect_kwargs(), "schema": profile.schema})  # type: ignore[attr-defined]
+    profile = load_engine_profile(engine_config)
+    settings = json.dumps({"connect": PostgresDialect(profile).connect_kwargs(), "schema": profile.schema})
     runs = []
     for _ in range(repeats + 1):  # the first warms the OS file cache, not counted
         done = subprocess.run(
-            [sys.executable, "-c", BARE_LOGIN], input=settings, capture_output=True, text=True, check=True
+            [sys.executable, "-c", BARE_LOGIN],
+            input=settings,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=_child_env(home, engine_config),
         )
         runs.append(json.loads(done.stdout))
     return {key: statistics.median(run[key] for run in runs[1:]) for key in runs[0]}
@@ -410,7 +422,7 @@ def measure(workdir: Path, repeats: int, postgresql: bool, log: Any = print) -> 
             seed_pipelines(init_engine(pg.config_path), [(PIPELINE_CODE, (TASK_CODE,))])
             for name in ("postgresql", "postgresql_driver_loaded"):
                 results[name] = measure_engine(name, pg.config_path, home, dags, repeats, log)
-            results["bare_login"] = bare_login(pg.config_path, repeats)
+            results["bare_login"] = bare_login(pg.config_path, home, repeats)
         finally:
             pg.stop()
     return results
@@ -436,20 +448,22 @@ def render(results: dict[str, Any]) -> str:
     lines += [
         "   postgresql_driver_loaded: psycopg2 imported before the try, as a task process forked by",
         "   a scheduler whose metadata database is PostgreSQL has it",
-        "",
-        "Where a recorded try's time goes: the provider's phases (median ms)",
-        f"{'Engine DB':<26}" + "".join(f"{phase:>13}" for phase in PHASES),
     ]
-    for engine in VARIANTS:
-        phases = (results.get(engine) or {}).get("phases_ms")
-        if phases:
-            lines.append(f"{engine:<26}" + "".join(f"{phases[phase]:>13.1f}" for phase in PHASES))
-    lines += [f"   {phase}: {text}" for phase, text in PHASES.items()]
+    timed = {engine: (results.get(engine) or {}).get("phases_ms") for engine in VARIANTS}
+    if any(timed.values()):
+        lines += ["", "Where a recorded try's time goes: the provider's phases (median ms)"]
+        lines.append(f"{'Engine DB':<26}" + "".join(f"{phase:>13}" for phase in PHASES))
+        lines += [
+            f"{engine:<26}" + "".join(f"{phases[phase]:>13.1f}" for phase in PHASES)
+            for engine, phases in timed.items()
+            if phases
+        ]
+        lines += [f"   {phase}: {text}" for phase, text in PHASES.items()]
     bare = results.get("bare_login")
     if bare:
         lines.append(
-            f"Bare psycopg2 login to the same server, fresh interpreter (median ms): import {bare['import_ms']:.1f}, "
-            f"connect {bare['connect_ms']:.1f}, first query {bare['first_query_ms']:.1f}"
+            f"Bare psycopg2 login to the same server from a fresh interpreter (median ms): connect "
+            f"{bare['connect_ms']:.1f} (TLS, SCRAM, the server's new backend), first query {bare['first_query_ms']:.1f}"
         )
     return "\n".join(lines)
 

@@ -55,7 +55,7 @@ class _StrictLoader(_Strict, yaml.SafeLoader):
     """PyYAML's own parser, in Python: its errors are the ones users see."""
 
 
-#: The same rules on libyaml's parser (PyYAML's C binding, when built with it): about eight times faster on a
+#: The same rules on libyaml's parser (PyYAML's C binding, when built with it): four to eight times faster on a
 #: craft-connector.yml, which a task process reads once per try (docs/performance.md, "In the task process").
 _FastStrictLoader: type | None = (
     type("_FastStrictLoader", (_Strict, yaml.CSafeLoader), {})

@@ -397,10 +397,6 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = report.targets(results)
     results["took_s"] = time.perf_counter() - started
     text = report.render(results)
-    if results.get("task_cost") and "error" not in results["task_cost"]:
-        from bench.task_cost import render as render_task_cost
-
-        text += "\n\n" + render_task_cost(results["task_cost"])
     results["report"] = text
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")

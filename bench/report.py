@@ -461,6 +461,11 @@ def _load(load: dict[str, Sequence[float]] | None) -> list[str]:
             f"{' '.join(f'{x:.2f}' for x in end)} at end"]  # fmt: skip
 
 
+def task_cost_section(result: dict[str, Any] | None) -> str:
+    """Part 9's tables (:func:`bench.task_cost.render`), where it ran."""
+    return task_cost_part.render(result) if result and "error" not in result else ""
+
+
 def render(results: dict[str, Any]) -> str:
     """The whole printed report."""
     parts = [
@@ -475,6 +480,7 @@ def render(results: dict[str, Any]) -> str:
         history_section(results.get("history")),
         purge_section(results.get("purge")),
         scheduler_part.section(results.get("scheduler"), table),
+        task_cost_section(results.get("task_cost")),
         lineage_part.section(results.get("lineage")),
         targets_section(results.get("targets", [])),
         machine_section(results["machine"]),

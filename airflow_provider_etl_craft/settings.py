@@ -87,7 +87,8 @@ OPTIONS: dict[str, Option] = {
 def setting(name: str) -> Any:
     """The value of ``[etl_craft] <name>``: Airflow's configuration, else the declared default.
 
-    Read where an operator is built (at DAG parse), so it costs no I/O: Airflow's configuration is in memory.
+    No I/O (Airflow's configuration is in memory), but a lookup costs tens of microseconds (environment,
+    file, deprecated names): a recorded task reads its defaults when a try uses them, not at each parse.
     """
     option = OPTIONS[name]
     from airflow_provider_etl_craft._compat import conf

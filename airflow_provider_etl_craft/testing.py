@@ -21,10 +21,9 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_etl_craft.runs.graph import PipelineGraph, load_graph
-
 if TYPE_CHECKING:
     from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+    from airflow_provider_etl_craft.runs.graph import PipelineGraph
 
 #: The DAG bundle Airflow's default configuration puts the DAGs folder in.
 DAGS_FOLDER_BUNDLE = "dags-folder"
@@ -194,6 +193,7 @@ def check_dag_against_engine(
     :return: empty when the DAG and the Engine agree.
     """
     from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+    from airflow_provider_etl_craft.runs.graph import load_graph
     from airflow_provider_etl_craft.settings import setting
 
     pipelines, orphans = _dag_pipelines(dag)

@@ -140,6 +140,38 @@ def _seconds(values: list[float]) -> dict[str, float | None]:
             "min": round(min(values), 3)}  # fmt: skip
 
 
+#: The task log lines that bound the phases of a task process (Airflow's own, in every try's log).
+_PARSED = "Worker startup parse complete"  # carries dag_file_parse_ms
+_PHASE_MARKS = ("::endgroup::", "::group::Post Execute")  # pre-execute ends / the operator has returned
+
+
+def task_process_ms(log_file: Path) -> dict[str, float] | None:
+    """One try's task process, from its task log (JSON lines, each with a timestamp): ``parse`` = the DAG
+    file's parse as Airflow times it (``dag_file_parse_ms``); ``execute`` = from the end of pre-execute to the
+    start of post-execute (the operator's ``execute``: for a recorded task, its bookkeeping around the
+    callable); ``process`` = the first log line to the last. None when the log lacks a mark (another line).
+    """
+    try:
+        events = [
+            json.loads(line)
+            for line in log_file.read_text(encoding="utf-8").splitlines()
+            if line.startswith("{")
+        ]
+    except (OSError, ValueError):
+        return None
+    stamps = [datetime.fromisoformat(str(e.get("timestamp", "")).replace("Z", "+00:00")) for e in events]
+    names = [str(e.get("event", "")) for e in events]
+    parse = next(
+        (e["dag_file_parse_ms"] for e in events if e.get("event") == _PARSED and "dag_file_parse_ms" in e),
+        None,
+    )
+    if parse is None or not all(mark in names for mark in _PHASE_MARKS):
+        return None
+    ended, post = names.index(_PHASE_MARKS[0]), names.index(_PHASE_MARKS[1])
+    return {"parse": float(parse), "execute": (stamps[post] - stamps[ended]).total_seconds() * 1000,
+            "process": (stamps[-1] - stamps[0]).total_seconds() * 1000}  # fmt: skip
+
+
 class Bench:
     """The running deployment and what the two measurements need of it."""
 
@@ -147,6 +179,8 @@ class Bench:
         self.d = deployment
         self.log = log
         self.last_task_s = 0.0
+        #: The last DAG run's task processes by task_id (:func:`task_process_ms`).
+        self.last_processes: dict[str, dict[str, float]] = {}
 
     # -- DAG files ---------------------------------------------------------------------------------------
 
@@ -182,6 +216,12 @@ class Bench:
         ((busy,),) = self.d.meta("SELECT COALESCE(SUM(EXTRACT(EPOCH FROM end_date - start_date)), 0) FROM task_instance "
                                  "WHERE dag_id = %s AND run_id = %s", dag_id, run_id)  # fmt: skip
         self.last_task_s = float(busy)  # the time inside its task instances (the rest is scheduling)
+        logs = self.d.logs / f"dag_id={dag_id}" / f"run_id={run_id}"
+        self.last_processes = {
+            path.parent.name.removeprefix("task_id="): times
+            for path in sorted(logs.glob("task_id=*/attempt=1.log"))
+            if (times := task_process_ms(path)) is not None
+        }
         return float((run["end_date"] - run["start_date"]).total_seconds())
 
     # -- (d) overhead ------------------------------------------------------------------------------------
@@ -205,11 +245,17 @@ class Bench:
             warmup[key] = round(self.run_dag(dag_id), 3)
             times: dict[str, list[float]] = {"plain": [], "recorded": []}
             busy: dict[str, list[float]] = {"plain": [], "recorded": []}
+            # Per task process (a recorded chain's claim and finish apart): name -> phase -> one value per try.
+            processes: dict[str, dict[str, list[float]]] = {}
             for r in range(repeats):
                 order = [("plain", plain_id), ("recorded", dag_id)]
                 for name, dag in order if r % 2 == 0 else order[::-1]:
                     times[name].append(self.run_dag(dag))
                     busy[name].append(self.last_task_s)
+                    for task_id, phases in self.last_processes.items():
+                        role = task_id.rsplit(".", 1)[-1] if task_id.endswith((".claim", ".finish")) else name
+                        for phase, value in phases.items():
+                            processes.setdefault(role, {}).setdefault(phase, []).append(value)
                     self.log(f"  {ENGINE_NAMES[key]} round {r + 1}: {name} {times[name][-1]:.2f} s")
             runs = engine.runs(code)
             statuses = sorted({str(run["STATUS"]) for run in runs})
@@ -224,6 +270,13 @@ class Bench:
                 "recorded_median_s": round(recorded_m, 3),
                 "ratio": recorded_m / plain_m,
                 "extra_ms_per_task": (recorded_m - plain_m) / tasks * 1000,
+                "task_process_ms": {
+                    role: {
+                        "n": len(phases["parse"]),
+                        **{p: round(statistics.median(v), 1) for p, v in phases.items()},
+                    }
+                    for role, phases in sorted(processes.items())
+                },
             }
         for path in files:  # less for the dag-processor to re-parse during the hand-offs
             path.unlink()
@@ -453,6 +506,22 @@ def section(result: dict[str, Any] | None, table: Callable[..., str]) -> str:
             busy = part["in_tasks_median_s"]
             lines.append(f"   {ENGINE_NAMES[key]}: inside task instances (sum of end - start, median) plain "
                          f"{busy['plain']:.2f} s, recorded {busy['recorded']:.2f} s; the rest is scheduling")  # fmt: skip
+    rows = []
+    for key, part in over["engines"].items():
+        procs = part.get("task_process_ms") or {}
+        plain = procs.get("plain")
+        for role in ("plain", "recorded", "claim", "finish"):
+            if role not in procs:
+                continue
+            p = procs[role]
+            extra = "" if plain is None or role == "plain" else f"{p['process'] - plain['process']:+.1f}"
+            rows.append([f"{ENGINE_NAMES[key]}, {role}", p["n"], f"{p['parse']:.1f}", f"{p['execute']:.1f}",
+                         f"{p['process']:.1f}", extra])  # fmt: skip
+    if rows:
+        lines.append("   One task process (median ms, from each try's task log): the DAG file's parse as Airflow times "
+                     "it, the operator's execute,\n   the process from its first log line to its last, and that "
+                     "minus a plain task's (target for a recorded task: <= +30)")  # fmt: skip
+        lines.append(table(["Engine DB, task", "n", "parse", "execute", "process", "extra"], rows, "lrrrrr"))
     lines.append(f"   Claim hand-off: run A (claimed outside Airflow) ends -> run B's waiting claim succeeds; B start - "
                  f"A end in the Engine DB (claim_poke_interval {result['poke_interval_s']:g} s);\n   also seconds after A's "
                  "end: the claim task instance's end_date, and when the scheduler queued its successful look")  # fmt: skip

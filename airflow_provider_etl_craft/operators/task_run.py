@@ -108,16 +108,13 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         self.etl_craft_conn_id = etl_craft_conn_id
         self.etl_craft_profile = etl_craft_profile
         self.etl_craft_counts = counts
-        self.etl_craft_lock_timeout = (
-            setting("lock_timeout") if etl_craft_lock_timeout is None else etl_craft_lock_timeout
+        # None: the [etl_craft] default, read where a try needs it (the properties below), not at each parse.
+        self._etl_craft_given_lock_timeout = etl_craft_lock_timeout
+        self._etl_craft_given_gate_timeout = (
+            None if etl_craft_gate_timeout is None else _seconds(etl_craft_gate_timeout)
         )
-        self.etl_craft_gate_timeout = _seconds(
-            setting("gate_timeout") if etl_craft_gate_timeout is None else etl_craft_gate_timeout
-        )
-        self.etl_craft_gate_poke_interval = _seconds(
-            setting("gate_poke_interval")
-            if etl_craft_gate_poke_interval is None
-            else etl_craft_gate_poke_interval
+        self._etl_craft_given_gate_poke_interval = (
+            None if etl_craft_gate_poke_interval is None else _seconds(etl_craft_gate_poke_interval)
         )
         # None: Airflow's [operators] default_deferrable when the task runs (etl_craft_pipeline may set it).
         self.etl_craft_deferrable = etl_craft_deferrable
@@ -127,6 +124,26 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         #: What this try recorded, and in which DAG run: its OpenLineage facet (docs/lineage.md) reads them.
         self._etl_craft_ended: Ended | None = None
         self._etl_craft_run_key: str | None = None
+
+    # The defaults are read when a try uses them: a DAG parse builds every task of the file, and Airflow's
+    # configuration lookup is the costliest part of building a recorded task (docs/performance.md).
+    @property
+    def etl_craft_lock_timeout(self) -> float:
+        """Seconds to wait for the pipeline lock: the argument, else ``[etl_craft] lock_timeout``."""
+        given = self._etl_craft_given_lock_timeout
+        return float(setting("lock_timeout") if given is None else given)
+
+    @property
+    def etl_craft_gate_timeout(self) -> float:
+        """Seconds the gate may wait: the argument, else ``[etl_craft] gate_timeout``."""
+        given = self._etl_craft_given_gate_timeout
+        return float(setting("gate_timeout") if given is None else given)
+
+    @property
+    def etl_craft_gate_poke_interval(self) -> float:
+        """Seconds between two looks of a waiting gate: the argument, else ``[etl_craft] gate_poke_interval``."""
+        given = self._etl_craft_given_gate_poke_interval
+        return float(setting("gate_poke_interval") if given is None else given)
 
     def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
         """The run lifecycle on the process's Engine DB connection (the profile read once per try, as the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -109,3 +109,32 @@ def test_the_docs_table_lists_every_option_as_declared() -> None:
         default = f"`{option.default}`" if option.default else "(empty)"
         row = f"| `{option.name}` | {option.type} | {default} | {option.description} |"
         assert row in page, row
+
+
+def test_a_recorded_task_reads_its_defaults_when_a_try_uses_them_not_when_it_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A DAG parse builds every task of the file: a recorded task's lock and gate defaults are looked up in
+    Airflow's configuration where the try reads them, so building one costs no lookup of them, and the value
+    is the configuration of the process that runs the try. An argument still wins."""
+    from airflow_provider_etl_craft import settings
+    from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator
+
+    looked_up: list[str] = []
+    read = settings.setting
+    monkeypatch.setattr(settings, "setting", lambda name: looked_up.append(name) or read(name))
+    from airflow_provider_etl_craft.operators import task_run
+
+    monkeypatch.setattr(task_run, "setting", settings.setting)
+    task = EtlCraftPythonOperator(task_id="load", pipeline_code="SALES", python_callable=lambda: 1)
+    given = EtlCraftPythonOperator(
+        task_id="given", pipeline_code="SALES", python_callable=lambda: 1, etl_craft_lock_timeout=4,
+        etl_craft_gate_timeout=timedelta(minutes=2), etl_craft_gate_poke_interval=3,
+    )  # fmt: skip
+    assert looked_up == []
+    for name, value in {"LOCK_TIMEOUT": "12.5", "GATE_TIMEOUT": "30", "GATE_POKE_INTERVAL": "2"}.items():
+        monkeypatch.setenv(f"AIRFLOW__ETL_CRAFT__{name}", value)
+    timeouts = ("etl_craft_lock_timeout", "etl_craft_gate_timeout", "etl_craft_gate_poke_interval")
+    assert [getattr(task, name) for name in timeouts] == [12.5, 30.0, 2.0]
+    assert looked_up == ["lock_timeout", "gate_timeout", "gate_poke_interval"]
+    assert [getattr(given, name) for name in timeouts] == [4.0, 120.0, 3.0]

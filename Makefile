@@ -6,6 +6,7 @@
 #   make docs                 the docs site (docs/, mkdocs.yml), strict: broken links and anchors fail
 #   make test-lineage         the OpenLineage tests, in a venv with the [openlineage] extra (newest line)
 #   make bench-compare BASE=ref   part 1 of the bench, a commit against this tree, interleaved (docs/benchmarks.md)
+#   make provider-info        rewrite get_provider_info.py (the literal Airflow reads) from its sources
 PYTHON ?= python3
 AIRFLOW_LINES := 3.0 3.1 3.2 3.3
 NEWEST := 3.3
@@ -29,7 +30,7 @@ DEV_EXTRAS := dev,openlineage
 SMOKE_ENV := ETL_CRAFT_REQUIRE_OPENLINEAGE=1
 endif
 
-.PHONY: demo test test-lineage smoke lint bench bench-compare docs check-constraints system-deps vendor-ui clean
+.PHONY: demo test test-lineage smoke lint bench bench-compare docs check-constraints provider-info system-deps vendor-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -121,6 +122,9 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check airflow_provider_etl_craft tests bench harness tools
 	$(BIN)/ruff format --check airflow_provider_etl_craft tests bench harness tools
 	$(BIN)/mypy
+
+provider-info: $(VENV)/.installed-dev
+	$(BIN)/python tools/provider_info.py
 
 check-constraints: $(VENV)/.installed-dev
 	$(BIN)/python tools/constraints.py check

@@ -231,14 +231,14 @@ class EngineDBHook(DbApiHook):
     def get_connection_form_widgets(cls) -> dict[str, Any]:
         """The form's extra fields as WTForms fields: what Airflow 3.0 and 3.1 read (3.2+ read the provider info).
 
-        Built from the same ``CONN_FIELDS`` declaration as the provider info. The UI of those lines renders
+        Built from the provider info's ``conn-fields`` (one declaration: ``provider_info_source.CONN_FIELDS``). The UI of those lines renders
         them only where ``wtforms`` is installed (it ships with the FAB auth manager that MWAA and Cloud
         Composer use); without it Airflow logs that the widgets are missing and the fields stay in Extra.
         """
         from wtforms import StringField
         from wtforms.validators import Optional, any_of
 
-        from airflow_provider_etl_craft.get_provider_info import CONN_FIELDS
+        from airflow_provider_etl_craft.provider_info_source import CONN_FIELDS
 
         widgets = {}
         for name, field in CONN_FIELDS.items():
@@ -252,7 +252,7 @@ class EngineDBHook(DbApiHook):
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """Shape of the connection form (also declared in the provider info)."""
-        from airflow_provider_etl_craft.get_provider_info import UI_FIELD_BEHAVIOUR
+        from airflow_provider_etl_craft.provider_info_source import UI_FIELD_BEHAVIOUR
 
         return {
             "hidden_fields": UI_FIELD_BEHAVIOUR["hidden-fields"],

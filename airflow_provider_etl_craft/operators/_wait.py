@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from msgspec import Struct
 
 from airflow_provider_etl_craft.runs.changes import watch_state
 from airflow_provider_etl_craft.settings import setting
+
+if TYPE_CHECKING:
+    from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
 
 T = TypeVar("T")
 
@@ -72,13 +75,12 @@ def reschedule_interval(poke_interval: float) -> float:
     return max(float(poke_interval), hand_back_delay())
 
 
-def seen_state(wait: Wait) -> list[int]:
-    """The fingerprint of ``wait``'s pipeline, on the process's Engine DB connection (the look before it
-    used that connection too)."""
-    from airflow_provider_etl_craft.operators._engine import try_engine
+def seen_state(wait: Wait, engine: EngineDialect) -> list[int]:
+    """The fingerprint of ``wait``'s pipeline, on the process's connection to ``engine`` (the try's Engine DB,
+    which the look before it used too)."""
     from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
 
-    with lent_lifecycle(try_engine(*wait.engine_db)) as lifecycle:
+    with lent_lifecycle(engine) as lifecycle:
         return watch_state(lifecycle.engine, lifecycle.conn, wait.pipeline_code)
 
 
@@ -98,6 +100,7 @@ def look_or_defer(
     carried: str | None,
     expired: bool = False,
     timed_out: Callable[[Look[T]], Exception],
+    engine: Callable[[], EngineDialect],
 ) -> T | None:
     """The one deferred-wait protocol of the claim and of recorded tasks' gates: look; while the look must
     wait, fail once the deadline has passed, read the wait's fingerprint, look again, and defer with it.
@@ -106,6 +109,7 @@ def look_or_defer(
     :param carried: the ISO deadline an earlier deferral of this wait carried back.
     :param expired: the trigger said the deadline passed: one more look, then the wait fails.
     :param timed_out: the error a wait that is still waiting at its deadline raises, given the last look.
+    :param engine: the try's Engine DB, as the looks got it (its profile read once per try, not again here).
     :return: the value of the look that was done (a wait that must go on defers: :func:`defer` raises).
     """
     seen: list[int] | None = None
@@ -121,7 +125,7 @@ def look_or_defer(
             if looked.reason:
                 task.log.info("etl-craft: %s; deferred until it changes", looked.reason)
             defer(task, wait, seen, until=until)
-        seen = seen_state(wait)
+        seen = seen_state(wait, engine())
 
 
 def defer(task: Any, wait: Wait, seen: list[int], *, until: datetime) -> NoReturn:

@@ -173,8 +173,11 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         self._first_look: datetime | None = None
         #: The run this claim got or skipped: its OpenLineage facet reads it (docs/lineage.md).
         self._etl_craft_claimed: Claimed | None = None
+        #: This try's Engine DB (:meth:`_claim_engine`); None until the try's first look.
+        self._try_engine: EngineDialect | None = None
 
     def execute(self, context: Any) -> Any:
+        self._try_engine = None  # a new try reads its profile again
         if self.deferrable:
             return self._look_or_defer(context, None)
         try:
@@ -189,6 +192,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         event = event or {}
         deadline = deadline or event.get("deadline")
         self._carried_deadline = deadline
+        self._try_engine = None  # a resumed try is a try of its own
         return self._look_or_defer(context, deadline, expired=event.get("status") == "timeout")
 
     def _look_or_defer(self, context: Any, deadline: str | None, *, expired: bool = False) -> Any:
@@ -211,7 +215,15 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             carried=deadline,
             expired=expired,
             timed_out=lambda _looked: self._timed_out(),
+            engine=self._claim_engine,
         )
+
+    def _claim_engine(self) -> EngineDialect:
+        """This try's Engine DB: its profile read at the try's first look and kept for the looks and the
+        fingerprint read after it (a claim poking in one process keeps it for its whole try)."""
+        if self._try_engine is None:
+            self._try_engine = self._engine("claim")
+        return self._try_engine
 
     def _timed_out(self) -> Exception:
         """The sensor timeout, saying what the claim waited for."""
@@ -258,7 +270,7 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
             except ValueError as exc:
                 raise AirflowFailException(f"[METADATA] {exc}") from None
         with airflow_outcome():
-            engine = self._engine("claim")
+            engine = self._claim_engine()
             require_same_machine(engine.name, self, f"DAG {identity.dag_id}, task {self.task_id}")
         with airflow_outcome(), self._lifecycle(engine) as lifecycle:
             for _ in range(3):

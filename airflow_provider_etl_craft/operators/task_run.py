@@ -145,9 +145,9 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         given = self._etl_craft_given_gate_poke_interval
         return float(setting("gate_poke_interval") if given is None else given)
 
-    def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
-        """The run lifecycle on the process's Engine DB connection (the profile read once per try, as the
-        hook reads it, but without the hook: common-sql stays unimported).
+    def _etl_craft_try_engine(self) -> EngineDialect:
+        """This try's Engine DB on the process's connection (the profile read once per try, as the hook reads
+        it, but without the hook: common-sql stays unimported).
 
         A try's first use starts the login in the background and loads the modules of the attempt's steps
         meanwhile (docs/performance.md, "In the task process")."""
@@ -160,9 +160,13 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
                 "attempts",
                 "start",
             )
+        return self._etl_craft_engine
+
+    def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
+        """The run lifecycle on this try's Engine DB (:meth:`_etl_craft_try_engine`)."""
         from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
 
-        return lent_lifecycle(self._etl_craft_engine, self.etl_craft_lock_timeout)
+        return lent_lifecycle(self._etl_craft_try_engine(), self.etl_craft_lock_timeout)
 
     def execute(self, context: Any) -> Any:
         # A try that comes back after reschedules (a sensor's poke) takes over the attempt it parked.
@@ -280,6 +284,7 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
             timed_out=lambda looked: self._etl_craft_gate_timeout(
                 looked.reason or "", self.etl_craft_gate_timeout
             ),
+            engine=self._etl_craft_try_engine,
         )
         assert handle is not None  # a look that is done carries the attempt
         return handle

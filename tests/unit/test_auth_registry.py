@@ -15,8 +15,8 @@ from airflow_provider_etl_craft.auth import AUTH_MODES, AuthMode, Field
 from airflow_provider_etl_craft.auth.sts import RoleKeys
 from airflow_provider_etl_craft.config import load_engine_profile
 from airflow_provider_etl_craft.config.connection import profile_from_connection
-from airflow_provider_etl_craft.get_provider_info import CONN_FIELDS
 from airflow_provider_etl_craft.hooks.engine_db import EngineDBHook
+from airflow_provider_etl_craft.provider_info_source import CONN_FIELDS
 
 AUTH_PAGE = Path(__file__).resolve().parents[2] / "docs" / "auth.md"
 SLOT_NAMES = {"login": "login", "password": "password", "extra": "extras"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from importlib import resources
 
 import jsonschema
@@ -98,3 +99,28 @@ def test_every_listed_module_imports_and_the_task_decorator_is_reachable_as_task
         operator = load_orders().operator
     assert (operator.pipeline_code, operator.task_code) == ("DAILY_SALES", "LOAD_ORDERS")
     assert decorator["name"] == "etl_craft"
+
+
+def test_the_literal_airflow_reads_matches_its_sources() -> None:
+    """``get_provider_info.py`` is written by ``make provider-info``; rerun it when this fails."""
+    from airflow_provider_etl_craft.provider_info_source import build
+
+    assert get_provider_info() == build()
+
+
+def test_reading_the_provider_info_loads_no_other_module_of_the_provider() -> None:
+    """Airflow reads it (and the ``[etl_craft]`` options) in every process it starts, plain tasks' included."""
+    probe = (
+        "import sys\n"
+        "from airflow.configuration import conf\n"
+        "assert conf.get('etl_craft', 'lock_timeout')\n"
+        "from airflow.providers_manager import ProvidersManager\n"
+        "assert 'airflow-provider-etl-craft' in ProvidersManager().providers\n"
+        "print(sorted(m for m in sys.modules if m.startswith('airflow_provider_etl_craft')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ.copy(), timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = done.stdout.strip().splitlines()[-1]
+    assert loaded == "['airflow_provider_etl_craft', 'airflow_provider_etl_craft.get_provider_info']"

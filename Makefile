@@ -6,7 +6,7 @@
 #   make docs                 the docs site (docs/, mkdocs.yml), strict: broken links and anchors fail
 #   make test-lineage         the OpenLineage tests, in a venv with the [openlineage] extra (newest line)
 #   make bench-compare BASE=ref   part 1 of the bench, a commit against this tree, interleaved (docs/benchmarks.md)
-#   make provider-info        rewrite get_provider_info.py (the literal Airflow reads) from its sources
+#   make provider-info        rewrite _provider_info_derived.py (the provider metadata's derived literals)
 PYTHON ?= python3
 AIRFLOW_LINES := 3.0 3.1 3.2 3.3
 NEWEST := 3.3

@@ -1,10 +1,11 @@
-"""Where the provider metadata comes from: :func:`build` derives it from the declarations it repeats (the auth
-modes' fields, the ``[etl_craft]`` options, the version).
+"""The parts of the provider metadata that repeat other declarations: the connection form (from the auth modes'
+fields) and the ``[etl_craft]`` options (from :mod:`~airflow_provider_etl_craft.settings`).
 
 Airflow reads the provider metadata in every process it starts (its configuration loads each provider's
-``config``), so the entry point, :mod:`airflow_provider_etl_craft.get_provider_info`, is a plain literal
-written from :func:`build` by ``make provider-info``: an Airflow process loads neither the auth registry nor
-msgspec for it (docs/performance.md). A test fails when the two differ.
+``config``), so :mod:`airflow_provider_etl_craft.get_provider_info` does not build these parts: it reads them
+from :mod:`airflow_provider_etl_craft._provider_info_derived`, plain literals that ``make provider-info``
+writes from :func:`derived`. An Airflow process loads neither the auth registry nor the settings for them
+(docs/performance.md); a test fails when the literals and :func:`derived` differ.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from airflow_provider_etl_craft import __version__
 from airflow_provider_etl_craft.auth import AUTH_MODES, fields_in
 from airflow_provider_etl_craft.settings import provider_config
 
@@ -67,61 +67,7 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
 }
 
 
-def build() -> dict[str, Any]:
-    """The provider dict; validated against Airflow's provider_info.schema.json by the tests."""
-    return {
-        "package-name": "airflow-provider-etl-craft",
-        "name": "etl-craft",
-        "description": "Drive etl-craft pipelines from Airflow and keep their Engine DB (CFG_/AUD_ tables).",
-        "versions": [__version__],
-        "integrations": [
-            {
-                "integration-name": "etl-craft",
-                "external-doc-url": "https://pypi.org/project/airflow-provider-etl-craft/",
-                "tags": ["software"],
-            }
-        ],
-        "hooks": [
-            {
-                "integration-name": "etl-craft",
-                "python-modules": ["airflow_provider_etl_craft.hooks.engine_db"],
-            }
-        ],
-        "operators": [
-            {
-                "integration-name": "etl-craft",
-                "python-modules": [
-                    "airflow_provider_etl_craft.operators.init_db",
-                    "airflow_provider_etl_craft.operators.purge",
-                    "airflow_provider_etl_craft.operators.pipeline_run",
-                    "airflow_provider_etl_craft.operators.task_run",
-                ],
-            }
-        ],
-        "triggers": [
-            {
-                "integration-name": "etl-craft",
-                "python-modules": ["airflow_provider_etl_craft.triggers.engine_change"],
-            }
-        ],
-        "task-decorators": [
-            {
-                "name": "etl_craft",
-                "class-name": "airflow_provider_etl_craft.decorators.etl_craft_task.etl_craft_task",
-            }
-        ],
-        "connection-types": [
-            {
-                "connection-type": "etl_craft",
-                "hook-class-name": "airflow_provider_etl_craft.hooks.engine_db.EngineDBHook",
-                "hook-name": "etl-craft Engine DB",
-                "conn-fields": CONN_FIELDS,
-                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
-            }
-        ],
-        "extra-links": ["airflow_provider_etl_craft.plugins.links.EngineRunLink"],
-        "plugins": [
-            {"name": "etl_craft", "plugin-class": "airflow_provider_etl_craft.plugins.plugin.EtlCraftPlugin"}
-        ],
-        "config": provider_config(),
-    }
+def derived() -> dict[str, Any]:
+    """The parts of the provider dict derived from other declarations, by the name
+    :mod:`~airflow_provider_etl_craft._provider_info_derived` gives each."""
+    return {"CONN_FIELDS": CONN_FIELDS, "UI_FIELD_BEHAVIOUR": UI_FIELD_BEHAVIOUR, "CONFIG": provider_config()}

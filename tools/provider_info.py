@@ -1,9 +1,10 @@
-"""Write the provider metadata Airflow reads, ``airflow_provider_etl_craft/get_provider_info.py``, as a literal
-built by :func:`airflow_provider_etl_craft.provider_info_source.build` (``make provider-info``).
+"""Write ``airflow_provider_etl_craft/_provider_info_derived.py``: the parts of the provider metadata that repeat
+other declarations (the connection form, the ``[etl_craft]`` options), as the literals
+:func:`airflow_provider_etl_craft.provider_info_source.derived` builds (``make provider-info``).
 
-Airflow reads that module in every process it starts, so it imports nothing of the provider's; its contents
-repeat the auth modes' fields, the ``[etl_craft]`` options and the version, and
-``tests/unit/test_provider_info.py`` fails when they no longer match. Usage: ``python tools/provider_info.py``.
+Airflow reads the provider metadata in every process it starts, so ``get_provider_info.py`` reads these literals
+instead of building them from the auth registry and the settings; ``tests/unit/test_provider_info.py`` fails when
+they no longer match their sources. Usage: ``python tools/provider_info.py``.
 """
 
 from __future__ import annotations
@@ -15,31 +16,26 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = ROOT / "airflow_provider_etl_craft" / "get_provider_info.py"
+TARGET = ROOT / "airflow_provider_etl_craft" / "_provider_info_derived.py"
 
-HEADER = '''"""The provider metadata Airflow reads (entry point ``apache_airflow_provider``).
-
-Written by ``make provider-info`` from :mod:`airflow_provider_etl_craft.provider_info_source`; do not edit it by
-hand. A plain literal: Airflow reads it in every process it starts (docs/performance.md).
-"""
+HEADER = '''"""The derived parts of the provider metadata, as literals: written by ``make provider-info`` from
+:func:`airflow_provider_etl_craft.provider_info_source.derived`; do not edit it by hand (docs/performance.md)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-
-def get_provider_info() -> dict[str, Any]:
-    """The provider dict, a new one per call."""
-    return '''
+'''
 
 
 def render() -> str:
     """The module's text (before ``ruff format``)."""
     sys.path.insert(0, str(ROOT))
-    from airflow_provider_etl_craft.provider_info_source import build
+    from airflow_provider_etl_craft.provider_info_source import derived
 
-    body = pprint.pformat(build(), width=110, sort_dicts=False).replace("\n", "\n    ")
-    return f"{HEADER}{body}\n"
+    parts = [HEADER]
+    for name, value in derived().items():
+        parts.append(f"\n{name}: dict[str, Any] = {pprint.pformat(value, width=110, sort_dicts=False)}\n")
+    return "".join(parts)
 
 
 def main() -> int:

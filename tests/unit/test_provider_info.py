@@ -101,11 +101,14 @@ def test_every_listed_module_imports_and_the_task_decorator_is_reachable_as_task
     assert decorator["name"] == "etl_craft"
 
 
-def test_the_literal_airflow_reads_matches_its_sources() -> None:
-    """``get_provider_info.py`` is written by ``make provider-info``; rerun it when this fails."""
-    from airflow_provider_etl_craft.provider_info_source import build
+def test_the_literals_airflow_reads_match_their_sources() -> None:
+    """``_provider_info_derived.py`` is written by ``make provider-info``; rerun it when this fails."""
+    from airflow_provider_etl_craft import _provider_info_derived
+    from airflow_provider_etl_craft.provider_info_source import derived
 
-    assert get_provider_info() == build()
+    for name, value in derived().items():
+        assert getattr(_provider_info_derived, name) == value, name
+    assert get_provider_info()["config"] == derived()["CONFIG"]
 
 
 def test_reading_the_provider_info_loads_no_other_module_of_the_provider() -> None:
@@ -123,4 +126,7 @@ def test_reading_the_provider_info_loads_no_other_module_of_the_provider() -> No
     )
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = done.stdout.strip().splitlines()[-1]
-    assert loaded == "['airflow_provider_etl_craft', 'airflow_provider_etl_craft.get_provider_info']"
+    assert loaded == (
+        "['airflow_provider_etl_craft', 'airflow_provider_etl_craft._provider_info_derived', "
+        "'airflow_provider_etl_craft.get_provider_info']"
+    )

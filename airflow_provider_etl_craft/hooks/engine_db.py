@@ -231,9 +231,10 @@ class EngineDBHook(DbApiHook):
     def get_connection_form_widgets(cls) -> dict[str, Any]:
         """The form's extra fields as WTForms fields: what Airflow 3.0 and 3.1 read (3.2+ read the provider info).
 
-        Built from the provider info's ``conn-fields`` (one declaration: ``provider_info_source.CONN_FIELDS``). The UI of those lines renders
-        them only where ``wtforms`` is installed (it ships with the FAB auth manager that MWAA and Cloud
-        Composer use); without it Airflow logs that the widgets are missing and the fields stay in Extra.
+        Built from ``provider_info_source.CONN_FIELDS``, the one declaration the provider info's ``conn-fields``
+        are written from. The UI of those lines renders them only where ``wtforms`` is installed (it ships with
+        the FAB auth manager that MWAA and Cloud Composer use); without it Airflow logs that the widgets are
+        missing and the fields stay in Extra.
         """
         from wtforms import StringField
         from wtforms.validators import Optional, any_of

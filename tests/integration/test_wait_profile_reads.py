@@ -5,6 +5,7 @@ craft-connector.yml it names, so a deferring claim used to read it three times a
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ class Deferring:
 
     def __init__(self) -> None:
         self.deferred: dict[str, Any] = {}
-        self.log = __import__("logging").getLogger("test")
+        self.log = logging.getLogger("test")
 
     def defer(self, **kwargs: Any) -> None:
         self.deferred = kwargs

@@ -8,8 +8,11 @@ from typing import Any
 from airflow.providers.standard.operators.python import PythonOperator
 
 from airflow_provider_etl_craft._compat import DecoratedOperator, TaskDecorator, task_decorator_factory
-from airflow_provider_etl_craft.operators.task_run import RecordedTaskMixin, with_recording_arguments
-from airflow_provider_etl_craft.plugins.links import recorded_task_links
+from airflow_provider_etl_craft.operators.task_run import (
+    RecordedTaskMixin,
+    recorded_task_links,
+    with_recording_arguments,
+)
 
 
 class _EtlCraftDecoratedOperator(RecordedTaskMixin, DecoratedOperator, PythonOperator):

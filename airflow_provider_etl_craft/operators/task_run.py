@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
@@ -30,7 +30,6 @@ from airflow_provider_etl_craft.lineage.memo import Ended, EngineDb
 from airflow_provider_etl_craft.operators import _airflow_view, _lineage, _wait
 from airflow_provider_etl_craft.operators._lineage import LineageMixin
 from airflow_provider_etl_craft.operators._outcome import airflow_outcome
-from airflow_provider_etl_craft.plugins.links import recorded_task_links
 from airflow_provider_etl_craft.runs.counts import TaskCounts
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.records import AttemptHandle
@@ -45,8 +44,26 @@ GATE_RESUME = "_etl_craft_gate_resumed"
 CountsFunc = Callable[[Any], Any]
 
 if TYPE_CHECKING:
+    from airflow_provider_etl_craft._compat import BaseOperatorLink
     from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
     from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
+
+
+def recorded_task_links(own: Collection[BaseOperatorLink] = ()) -> tuple[BaseOperatorLink, ...]:
+    """A recorded operator class's extra links: its own, plus "Engine run"
+    (:class:`~airflow_provider_etl_craft.plugins.links.EngineRunLink`) when ``[etl_craft] recorded_task_link`` is set.
+
+    Off by default: Airflow 3 computes a link when a try ends and stores it as an XCom through its API (about
+    17 ms per task in the deployment tier, and an ``xcom`` row per try), and the page is that of the DAG run,
+    the same for every task, which the claim's and the finish's links and the DAG run's Engine run tab open
+    already (docs/ui.md). Read when the class is made (an operator class is part of the serialized DAG); the
+    link's module, and Airflow's operator-link class under it, load only when it is on.
+    """
+    if not setting("recorded_task_link"):
+        return tuple(own)
+    from airflow_provider_etl_craft.plugins.links import EngineRunLink
+
+    return (*own, EngineRunLink())
 
 
 class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through LineageMixin's base

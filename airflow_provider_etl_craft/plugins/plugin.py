@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_provider_etl_craft.plugins.links import PREFIX, UI_PATH
+from airflow_provider_etl_craft.plugins.routes import PREFIX, UI_PATH
 
 NAME = "etl-craft"
 

@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from airflow_provider_etl_craft.example_dags import demo
-from airflow_provider_etl_craft.plugins.links import EngineRunLink, run_page
+from airflow_provider_etl_craft.plugins.links import EngineRunLink
+from airflow_provider_etl_craft.plugins.routes import run_page
 from harness.deployment import HEARTBEAT_TIMEOUT, AirflowDeployment, Engine
 from tests.deployment.dags import ASSET_SCHEDULED_DAG, HOLD_DAG, KILLED_DAG, RETRY_DAG, render
 

@@ -17,7 +17,8 @@ from airflow_provider_etl_craft.operators.pipeline_run import (
     FinishPipelineRunOperator,
 )
 from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator, recorded
-from airflow_provider_etl_craft.plugins.links import EngineRunLink, run_page
+from airflow_provider_etl_craft.plugins.links import EngineRunLink
+from airflow_provider_etl_craft.plugins.routes import run_page
 
 pytestmark = pytest.mark.smoke
 AIRFLOW_LINE = tuple(int(part) for part in airflow.__version__.split(".")[:2])
@@ -115,3 +116,27 @@ print(json.dumps([names(SQLExecuteQueryOperator), names(recorded(SQLExecuteQuery
     own, sql, python, decorated = json.loads(done.stdout.strip().splitlines()[-1])
     assert sql == [*own, "Engine run"]
     assert python == decorated == ["Engine run"]
+
+
+def test_the_plugin_and_recorded_tasks_load_no_operator_link_class_while_the_link_is_off(
+    tmp_path: Path,
+) -> None:
+    """Every task process loads every plugin, plain tasks' included: ours needs only its routes. A recorded
+    task with ``recorded_task_link`` off (the default) has no link to make either (docs/performance.md)."""
+    script = """
+import sys
+import airflow.plugins_manager, airflow.sdk
+from airflow.providers.standard.operators.python import PythonOperator
+before = set(sys.modules)
+from airflow_provider_etl_craft.plugins.plugin import EtlCraftPlugin
+from airflow_provider_etl_craft.decorators import etl_craft_task
+from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator
+print(sorted(m for m in set(sys.modules) - before if m.endswith(("operatorlink", "plugins.links"))))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__ETL_CRAFT__")}
+    env.update(AIRFLOW_HOME=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -2,24 +2,41 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from msgspec import Struct
+
 from airflow_provider_etl_craft import _compat
-from airflow_provider_etl_craft.auth import keys_in
 from airflow_provider_etl_craft.config.profile import EngineProfile, build_profile, load_engine_profile
 from airflow_provider_etl_craft.config.secrets import Resolver, SecretsSource
 from airflow_provider_etl_craft.engine.url import DRIVER_SETTINGS
 from airflow_provider_etl_craft.errors import ConfigurationError
 
-#: Extras of an inline connection, and the profile setting each one fills: the target's, then the modes'.
-INLINE_EXTRAS = {"engine_schema": "schema", "jdbc_url": "jdbc_url", "auth_mode": "auth_mode"} | {
-    key: key for key in keys_in("extra")
-}
-#: The profile keys an inline connection's login and password fill (one each, whatever the mode).
-(LOGIN_KEY,) = keys_in("login")
-(PASSWORD_KEY,) = keys_in("password")
 FILE_EXTRAS = frozenset({"config_path", "profile"})
+
+
+class InlineKeys(Struct, frozen=True):
+    """What an inline connection's fields fill, from the auth registry (read on the first inline connection: a
+    file-backed one never loads the registry for it)."""
+
+    #: Extras, and the profile setting each one fills: the target's, then the modes'.
+    extras: dict[str, str]
+    #: The profile keys the connection's login and password fill (one each, whatever the mode).
+    login: str
+    password: str
+
+
+@cache
+def inline_keys() -> InlineKeys:
+    """:class:`InlineKeys`, derived from the auth registry."""
+    from airflow_provider_etl_craft.auth import keys_in
+
+    (login,) = keys_in("login")
+    (password,) = keys_in("password")
+    target = {"engine_schema": "schema", "jdbc_url": "jdbc_url", "auth_mode": "auth_mode"}
+    return InlineKeys(target | {key: key for key in keys_in("extra")}, login, password)
 
 
 def profile_from_connection(conn: Any, profile: str | None = None) -> EngineProfile:
@@ -65,14 +82,15 @@ def _file_backed(origin: str, extras: dict[str, Any], profile: str | None) -> En
 
 def _inline(conn: Any, origin: str, extras: dict[str, Any]) -> EngineProfile:
     """The profile the connection's own fields and extras hold (the password is the secret, as given)."""
-    allowed = set(INLINE_EXTRAS) | DRIVER_SETTINGS
+    keys = inline_keys()
+    allowed = set(keys.extras) | DRIVER_SETTINGS
     unknown = sorted(k for k in extras if k not in allowed)
     if unknown:
         raise ConfigurationError(
             f"{origin}: unknown extra(s) {', '.join(unknown)}; allowed: config_path, profile, "
             f"{', '.join(sorted(allowed))}"
         )
-    settings: dict[str, Any] = {INLINE_EXTRAS[k]: v for k, v in extras.items() if k in INLINE_EXTRAS}
+    settings: dict[str, Any] = {keys.extras[k]: v for k, v in extras.items() if k in keys.extras}
     if "jdbc_url" not in settings:
         settings["jdbc_url"] = _jdbc_url(conn, origin, extras)
     elif driver := sorted(k for k in extras if k in DRIVER_SETTINGS):
@@ -81,11 +99,11 @@ def _inline(conn: Any, origin: str, extras: dict[str, Any]) -> EngineProfile:
             "(…?sslmode=verify-full) or drop jdbc_url and use host/port/schema"
         )
     if conn.login:
-        settings[LOGIN_KEY] = conn.login
+        settings[keys.login] = conn.login
     secret_values = {}
     if conn.password:
         _compat.mask_secret(conn.password)
-        secret_values[PASSWORD_KEY] = conn.password
+        secret_values[keys.password] = conn.password
     literal = Resolver(SecretsSource("connection", lambda _name: None), conn.conn_id, origin)
     return build_profile(
         conn.conn_id,

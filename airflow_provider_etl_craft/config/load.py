@@ -9,7 +9,6 @@ from typing import Any
 import yaml
 from msgspec import Struct
 
-from airflow_provider_etl_craft.auth import AUTH_KEYS
 from airflow_provider_etl_craft.errors import ConfigurationError
 from airflow_provider_etl_craft.paths import read_text
 
@@ -17,12 +16,23 @@ from airflow_provider_etl_craft.paths import read_text
 SECTIONS = ("Secrets", "Orchestration", "Engine", "Warehouse", "Cloning", "Docs_site")
 KNOWN_SECTIONS = frozenset(SECTIONS)
 SECRETS_KEYS = frozenset({"Source_type", "Profile", "Path"})
-#: Keys of an Engine profile: the target, every key some auth mode takes, and ``Name``.
-PROFILE_KEYS = frozenset({"jdbc_url", "schema", "auth_mode", *AUTH_KEYS})
+#: The keys of an Engine profile that name its target; beside them it may hold ``Name`` and its auth mode's keys.
+TARGET_KEYS = frozenset({"jdbc_url", "schema", "auth_mode"})
 #: The one setting the Engine section may hold beside ``Profile`` and its profiles (a profile may hold it too).
 NAME_KEY = "Name"
 #: A mapping under Engine with this name is a setting, not a profile (etl-craft nests it in its sections).
 NOT_A_PROFILE = frozenset({"Email"})
+
+
+def profile_keys() -> frozenset[str]:
+    """Every key an Engine profile may hold but ``Name``: the target's and every key some auth mode takes.
+
+    A function, not a constant: it reads the auth registry, which a profile holding only target keys (SQLite's)
+    never needs to load (docs/performance.md).
+    """
+    from airflow_provider_etl_craft.auth import AUTH_KEYS
+
+    return TARGET_KEYS | frozenset(AUTH_KEYS)
 
 
 class _DuplicateKey(Exception):

@@ -9,12 +9,13 @@ from typing import Any
 
 from msgspec import Struct, field
 
-from airflow_provider_etl_craft.auth import AUTH_KEYS, AUTH_MODES, NO_AUTH, AuthMode
+from airflow_provider_etl_craft.auth.base import NO_AUTH, AuthMode
 from airflow_provider_etl_craft.config.load import (
     NAME_KEY,
-    PROFILE_KEYS,
+    TARGET_KEYS,
     ConnectorFile,
     load_connector_file,
+    profile_keys,
     refuse_unknown,
 )
 from airflow_provider_etl_craft.config.locate import locate_config
@@ -105,7 +106,10 @@ def refuse_unknown_keys(connector: ConnectorFile, name: str) -> None:
     :raises ConfigurationError: naming the unknown keys and where they are.
     """
     block = connector.profiles[name]
-    refuse_unknown(connector.path, f"Engine.{name}", block, PROFILE_KEYS | {NAME_KEY})
+    known = TARGET_KEYS | {NAME_KEY}
+    if not known.issuperset(block):  # keys beyond the target's: the auth modes' are known too
+        known |= profile_keys()
+    refuse_unknown(connector.path, f"Engine.{name}", block, known)
     section_only = {k: v for k, v in connector.settings.items() if k not in block}
     refuse_unknown(connector.path, "Engine", section_only, frozenset({NAME_KEY}))
 
@@ -316,11 +320,13 @@ class ProfileSettings(Struct, frozen=True):
 
     def ignored_keys(self, mode: AuthMode) -> list[str]:
         """The settings written that the auth mode does not use (SQLite uses none): ignored, as etl-craft does."""
-        return [
-            self.setting(k)
-            for k in sorted(AUTH_KEYS)
-            if self.settings.get(k) is not None and k not in mode.keys
-        ]
+        beside = TARGET_KEYS | {NAME_KEY}
+        written = sorted(k for k, v in self.settings.items() if v is not None and k not in beside)
+        if not written:
+            return []  # nothing but the target and its name: the registry is not needed to say so
+        from airflow_provider_etl_craft.auth import AUTH_KEYS
+
+        return [self.setting(k) for k in written if k in AUTH_KEYS and k not in mode.keys]
 
     def unused_secret(self, target: Target, mode: AuthMode) -> None:
         """A secret the PostgreSQL auth mode does not take: a password given for it (an inline connection) is
@@ -373,6 +379,8 @@ def _schema(raw: str | None, origin: str, setting: str) -> str:
 
 
 def _auth_mode(raw: str | None, shown: str, origin: str, setting: str) -> AuthMode:
+    from airflow_provider_etl_craft.auth import AUTH_MODES
+
     if not raw:
         raise ConfigurationError(
             f"{origin}: {setting} is required for PostgreSQL; use one of {', '.join(sorted(AUTH_MODES))}"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -182,3 +185,33 @@ def test_assumed_role_credentials_never_show_their_secrets() -> None:
     for shown in (repr(keys), str(keys), f"{keys!r}", repr([keys])):
         assert "AKIAEXAMPLE" in shown
         assert "wJalr-secret-access-key" not in shown and "session-token-value" not in shown
+
+
+def test_the_registry_loads_only_for_a_profile_that_has_auth_keys(tmp_path: Path) -> None:
+    """A SQLite profile takes no auth mode: resolving it (as every recorded try does) loads none of the modes'
+    modules; a PostgreSQL profile loads the registry on its first use (docs/performance.md)."""
+    sqlite = tmp_path / "sqlite" / "craft-connector.yml"
+    sqlite.parent.mkdir()
+    sqlite.write_text(f"Engine:\n  Name: sqlite\n  test:\n    jdbc_url: jdbc:sqlite:{tmp_path / 'engine.db'}\n")
+    postgres = tmp_path / "postgres" / "craft-connector.yml"
+    postgres.parent.mkdir()
+    postgres.write_text(
+        "Engine:\n  test:\n    jdbc_url: jdbc:postgresql://db.example:5432/etl\n    schema: etl\n"
+        "    user: etl\n    auth_mode: token\n    secret: ENGINE_SECRET\n"
+    )
+    probe = (
+        "import sys\n"
+        "from airflow_provider_etl_craft.config import load_engine_profile\n"
+        "modes = lambda: sorted(m for m in sys.modules if m.startswith('airflow_provider_etl_craft.auth.')\n"
+        "                       and m != 'airflow_provider_etl_craft.auth.base')\n"
+        f"assert load_engine_profile({str(sqlite)!r}, 'test').auth.name == 'none'\n"
+        "print(modes())\n"
+        f"assert load_engine_profile({str(postgres)!r}, 'test').auth.name == 'token'\n"
+        "print(modes())\n"
+    )
+    env = {**os.environ, "ENGINE_SECRET": "s3cret"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after_sqlite, after_postgres = done.stdout.strip().splitlines()[-2:]
+    assert after_sqlite == "[]"
+    assert "airflow_provider_etl_craft.auth.password" in after_postgres

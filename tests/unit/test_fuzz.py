@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from airflow_provider_etl_craft.cli.main import main
 from airflow_provider_etl_craft.config import load_engine_profile
 from airflow_provider_etl_craft.config.connection import profile_from_connection
-from airflow_provider_etl_craft.config.load import PROFILE_KEYS
+from airflow_provider_etl_craft.config.load import profile_keys
 from airflow_provider_etl_craft.engine.url import parse_jdbc_url
 from airflow_provider_etl_craft.errors import EtlCraftError
 
@@ -41,7 +41,7 @@ words = st.text(alphabet=string.ascii_letters + string.digits + "_-.:/@?&=%[]#~ 
 anything = st.text(max_size=60)  # any Unicode, surrogates and NUL included
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), words, anything)
 #: Every profile key the registry knows, section keys in the wrong place, and keys nothing takes.
-KEYS = [*sorted(PROFILE_KEYS), "Profile", "Source_type", "Path", "audience", "bogus"]
+KEYS = [*sorted(profile_keys()), "Profile", "Source_type", "Path", "audience", "bogus"]
 URL_PARTS = ["jdbc:postgresql://", "jdbc:sqlite:", "postgresql://", "[::1", "]", ":", "5432", "65536", "/", "db",
              "?", "sslmode=require", "&", "options=-c x=1", "password=x", "#f", "@", "127.0.0.1", "%00", "~/"]  # fmt: skip
 urls = st.one_of(anything, st.lists(st.sampled_from(URL_PARTS), max_size=8).map("".join))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import functools
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,6 @@ from airflow_provider_etl_craft._compat import (
     AirflowSkipException,
     Asset,
     BaseOperator,
-    BaseOperatorLink,
     BaseSensorOperator,
     PokeReturnValue,
 )
@@ -25,13 +25,13 @@ from airflow_provider_etl_craft.operators._outcome import airflow_outcome
 from airflow_provider_etl_craft.operators._renamed import renamed
 from airflow_provider_etl_craft.operators._topology import require_same_machine
 from airflow_provider_etl_craft.operators.task_run import airflow_states_by_code, is_mapped, pipeline_tasks
-from airflow_provider_etl_craft.plugins.links import EngineRunLink
 from airflow_provider_etl_craft.runs.identity import RunIdentity, check_code
 from airflow_provider_etl_craft.runs.records import RunRow
 from airflow_provider_etl_craft.runs.vocabulary import ClaimAction, RunStatus
 from airflow_provider_etl_craft.settings import setting
 
 if TYPE_CHECKING:
+    from airflow_provider_etl_craft._compat import BaseOperatorLink
     from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
     from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
@@ -56,8 +56,28 @@ def pipeline_asset(pipeline_code: str, etl_craft_conn_id: str | None = None) -> 
     return Asset(f"etl-craft://{conn_id}/{check_code('pipeline_code', pipeline_code)}")
 
 
+class _EngineRunLinks:
+    """The claim's and the finish's ``operator_extra_links``: "Engine run" (docs/ui.md), made on first read.
+
+    A descriptor, read on the class as on an operator: Airflow reads the links when it serializes the DAG and when
+    a claim's or a finish's try ends. Every task process of a pipeline DAG parses the claim and the finish, and a
+    recorded task's never reads their links, so it never loads the link's module and Airflow's operator-link
+    class under it (docs/performance.md).
+    """
+
+    def __get__(self, instance: object, owner: type | None = None) -> tuple[BaseOperatorLink, ...]:
+        return _engine_run_links()
+
+
+@functools.cache
+def _engine_run_links() -> tuple[BaseOperatorLink, ...]:
+    from airflow_provider_etl_craft.plugins.links import EngineRunLink
+
+    return (EngineRunLink(),)
+
+
 class _PipelineOperatorMixin(LineageMixin):
-    operator_extra_links: Collection[BaseOperatorLink] = (EngineRunLink(),)
+    operator_extra_links = _EngineRunLinks()
     pipeline_code: str
     etl_craft_conn_id: str
     etl_craft_profile: str | None

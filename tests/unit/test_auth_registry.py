@@ -192,7 +192,9 @@ def test_the_registry_loads_only_for_a_profile_that_has_auth_keys(tmp_path: Path
     modules; a PostgreSQL profile loads the registry on its first use (docs/performance.md)."""
     sqlite = tmp_path / "sqlite" / "craft-connector.yml"
     sqlite.parent.mkdir()
-    sqlite.write_text(f"Engine:\n  Name: sqlite\n  test:\n    jdbc_url: jdbc:sqlite:{tmp_path / 'engine.db'}\n")
+    sqlite.write_text(
+        f"Engine:\n  Name: sqlite\n  test:\n    jdbc_url: jdbc:sqlite:{tmp_path / 'engine.db'}\n"
+    )
     postgres = tmp_path / "postgres" / "craft-connector.yml"
     postgres.parent.mkdir()
     postgres.write_text(

@@ -122,7 +122,8 @@ def test_the_plugin_and_recorded_tasks_load_no_operator_link_class_while_the_lin
     tmp_path: Path,
 ) -> None:
     """Every task process loads every plugin, plain tasks' included: ours needs only its routes. A recorded
-    task with ``recorded_task_link`` off (the default) has no link to make either (docs/performance.md)."""
+    task with ``recorded_task_link`` off (the default) has no link to make either, and the claim and the finish
+    (parsed by every task process of a pipeline DAG) make theirs when Airflow reads them (docs/performance.md)."""
     script = """
 import sys
 import airflow.plugins_manager, airflow.sdk
@@ -131,7 +132,13 @@ before = set(sys.modules)
 from airflow_provider_etl_craft.plugins.plugin import EtlCraftPlugin
 from airflow_provider_etl_craft.decorators import etl_craft_task
 from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator
-print(sorted(m for m in set(sys.modules) - before if m.endswith(("operatorlink", "plugins.links"))))
+from airflow_provider_etl_craft.operators.pipeline_run import ClaimPipelineRunOperator
+from airflow_provider_etl_craft.task_groups.pipeline import etl_craft_pipeline
+ClaimPipelineRunOperator(task_id="claim", pipeline_code="SALES")
+link_modules = lambda: sorted(m for m in set(sys.modules) - before if m.endswith(("operatorlink", "plugins.links")))
+print(link_modules())
+assert [link.name for link in ClaimPipelineRunOperator.operator_extra_links] == ["Engine run"]
+print(link_modules())
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__ETL_CRAFT__")}
     env.update(AIRFLOW_HOME=str(tmp_path))
@@ -139,4 +146,6 @@ print(sorted(m for m in set(sys.modules) - before if m.endswith(("operatorlink",
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    before_read, after_read = done.stdout.strip().splitlines()[-2:]
+    assert before_read == "[]"
+    assert "airflow_provider_etl_craft.plugins.links" in after_read  # Airflow reading the links loads them

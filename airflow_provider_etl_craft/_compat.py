@@ -48,6 +48,7 @@ WHERE: dict[str, tuple[str, ...]] = {
     "Variable": (_SDK,),
     "task_group": (_SDK,),
     "BaseHook": (_SDK, "airflow.hooks.base"),
+    "Connection": (_SDK,),
     # Triggers: core's module on every supported line.
     "BaseTrigger": ("airflow.triggers.base",),
     "TriggerEvent": ("airflow.triggers.base",),
@@ -93,6 +94,15 @@ def __getattr__(name: str) -> Any:
     if name in WHERE:
         return resolve(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def channel_serializes_threads() -> bool:
+    """Whether this task process's channel to Airflow's supervisor lets several threads use it, one request and
+    its answer at a time (Airflow 3.2 and later hold a lock around each; 3.0's, 3.1's and ``dag.test()``'s
+    in-process one do not). False outside a task process."""
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    comms = getattr(runner, "SUPERVISOR_COMMS", None)
+    return comms is not None and hasattr(getattr(comms, "_thread_lock", None), "acquire")
 
 
 def airflow_exception(name: str) -> type[BaseException]:

@@ -461,6 +461,9 @@ def measure(
                         "not_available": "ClaimPipelineRunOperator takes no deferrable= argument"
                     }
                     continue
+                if handoffs <= 0:
+                    result["handoff"][f"{key}/{mode}"] = {"not_available": "not measured (--handoffs 0)"}
+                    continue
                 log(f"  hand-off, {ENGINE_NAMES[key]}, {mode}: {handoffs} pipelines")
                 result["handoff"][f"{key}/{mode}"] = bench.handoffs(key, mode, handoffs, poke_interval)
         result["scheduler_log_races"] = sum(
@@ -604,7 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tasks", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--handoffs", type=int, default=10)
+    parser.add_argument(
+        "--handoffs", type=int, default=10, help="per Engine DB and wait mode; 0: overhead only"
+    )
     args = parser.parse_args(argv)
     import warnings
 

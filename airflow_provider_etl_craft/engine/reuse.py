@@ -110,9 +110,11 @@ def log_in_ahead(engine: EngineDialect) -> None:
     """Start opening the process's connection to ``engine``'s Engine DB now, for the next :func:`borrowed`.
 
     Only where the dialect allows a connection opened in one thread to be used in another, and only when the
-    slot has neither a connection nor a login under way. The caller borrows next, without touching Airflow's
-    task-process channel in between: the login's thread may use it (a token's masking), and the channel is
-    not shared.
+    slot has neither a connection nor a login under way. The login's thread may use Airflow's task-process
+    channel (a token's masking), so the caller borrows next without touching it in between, unless the channel
+    serializes its threads (:func:`~airflow_provider_etl_craft._compat.channel_serializes_threads`, Airflow 3.2
+    and later: :func:`~airflow_provider_etl_craft.operators._engine.engine_ahead` starts it before the task runner
+    talks to Airflow).
     """
     if not engine.logs_in_ahead:
         return

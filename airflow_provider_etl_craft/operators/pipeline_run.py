@@ -98,12 +98,23 @@ class _PipelineOperatorMixin(LineageMixin):
         )
         self.etl_craft_lock_timeout = setting("lock_timeout") if timeout is None else timeout
 
+    #: The run lifecycle's step this operator's tries take (a module of ``airflow_provider_etl_craft.runs``).
+    _etl_craft_step: str
+
     def _engine(self, step: str) -> EngineDialect:
         """This try's Engine DB (the process's one connection, its login started; docs/performance.md): the
         module of the run lifecycle's ``step`` loads meanwhile."""
         from airflow_provider_etl_craft.operators._engine import try_engine
 
         return try_engine(self.etl_craft_conn_id, self.etl_craft_profile, step)
+
+    def prepare_for_execution(self) -> Any:
+        """Airflow's task runner calls this first when it runs the task: the try's Engine DB work begins here
+        (:func:`~airflow_provider_etl_craft.operators._engine.engine_ahead`)."""
+        from airflow_provider_etl_craft.operators._engine import engine_ahead
+
+        engine_ahead(self.etl_craft_conn_id, self.etl_craft_profile, self._etl_craft_step)
+        return super().prepare_for_execution()
 
     def _lifecycle(self, engine: EngineDialect) -> AbstractContextManager[RunLifecycle]:
         from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle
@@ -141,6 +152,8 @@ class ClaimPipelineRunOperator(_PipelineOperatorMixin, BaseSensorOperator):
         In reschedule mode ``poke_interval`` is at least ``[etl_craft] wait_hand_back_delay``; a deferred
         claim is never handed back sooner than that after it deferred (docs/deferred-waits.md).
     """
+
+    _etl_craft_step = "claim"
 
     template_fields: Sequence[str] = ()
     ui_color = "#fdf1d6"
@@ -403,6 +416,8 @@ class FinishPipelineRunOperator(_PipelineOperatorMixin, BaseOperator):
         ``lock_timeout=`` before 0.2, deprecated).
     :return: ``{"pipeline_run_id": int, "status": str}`` (pushed to XCom).
     """
+
+    _etl_craft_step = "finish"
 
     ui_color = "#fdf1d6"
 

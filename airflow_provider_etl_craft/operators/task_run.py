@@ -42,6 +42,8 @@ OperatorT = TypeVar("OperatorT", bound=type[BaseOperator])
 #: The method a try deferred at its gate resumes in (handled by the mixin, whatever the operator).
 GATE_RESUME = "_etl_craft_gate_resumed"
 CountsFunc = Callable[[Any], Any]
+#: The steps of a recorded try (modules of ``airflow_provider_etl_craft.runs``), loaded while its login runs.
+TRY_STEPS = ("attempts", "start")
 
 if TYPE_CHECKING:
     from airflow_provider_etl_craft._compat import BaseOperatorLink
@@ -171,13 +173,21 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         from airflow_provider_etl_craft.operators._engine import try_engine
 
         if self._etl_craft_engine is None:
-            self._etl_craft_engine = try_engine(
-                self.etl_craft_conn_id or setting("default_conn_id"),
-                self.etl_craft_profile,
-                "attempts",
-                "start",
-            )
+            self._etl_craft_engine = try_engine(*self._etl_craft_engine_key(), *TRY_STEPS)
         return self._etl_craft_engine
+
+    def _etl_craft_engine_key(self) -> tuple[str, str | None]:
+        return self.etl_craft_conn_id or setting("default_conn_id"), self.etl_craft_profile
+
+    def prepare_for_execution(self) -> Any:
+        """Airflow's task runner calls this first when it runs the task, then renders its templates and stores
+        them through Airflow's API: the try's Engine DB work begins here, in a thread, to run while the runner
+        waits (:func:`~airflow_provider_etl_craft.operators._engine.engine_ahead`)."""
+        if self.pipeline_code and self.task_code:
+            from airflow_provider_etl_craft.operators._engine import engine_ahead
+
+            engine_ahead(*self._etl_craft_engine_key(), *TRY_STEPS)
+        return super().prepare_for_execution()
 
     def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
         """The run lifecycle on this try's Engine DB (:meth:`_etl_craft_try_engine`)."""
@@ -260,11 +270,13 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         """Open (or take over) this try's attempt once the gate lets it: a gate that skips skips the task, one
         that waits reschedules it or defers it (:func:`~airflow_provider_etl_craft.operators._wait.look_or_defer`).
         """
+        self._etl_craft_engine = None  # resolved again for each try
+        with airflow_outcome():  # begun ahead (prepare_for_execution): taken before the try's own imports
+            self._etl_craft_try_engine()
         from airflow_provider_etl_craft.runs.gates import GateSkipped, GateWaiting
 
         pipeline_code, task_code = self.pipeline_code or "", self.task_code or ""
         ti = context["ti"]
-        self._etl_craft_engine = None  # resolved again for each try
         deferrable = (
             _wait.default_deferrable() if self.etl_craft_deferrable is None else self.etl_craft_deferrable
         )

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_etl_craft.auth import cache
+from airflow_provider_etl_craft.config import connection
 from airflow_provider_etl_craft.engine import reuse
 from harness.engines import EngineSetup, pg_profile_yaml, write_config
 
@@ -62,6 +64,20 @@ def make_engine(request: pytest.FixtureRequest, tmp_path: Path,
         return EngineSetup("postgresql", write_config(folder, pg_profile_yaml(db)), env, db)
 
     return make
+
+
+@pytest.fixture
+def profile_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The Engine profile reads of the test (each asks Airflow for the connection), by connection id."""
+    seen: list[str] = []
+    read = connection.profile_for_conn_id
+
+    def counted(conn_id: str, profile: str | None = None) -> Any:
+        seen.append(conn_id)
+        return read(conn_id, profile)
+
+    monkeypatch.setattr(connection, "profile_for_conn_id", counted)
+    return seen
 
 
 @pytest.fixture(params=DIALECTS)

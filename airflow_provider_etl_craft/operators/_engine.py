@@ -30,7 +30,7 @@ _ENGINE_MODULES = (f"{_PACKAGE}.config.connection", f"{_PACKAGE}.engine.reuse")
 _TRY_MODULES = (f"{_PACKAGE}.runs.lifecycle", f"{_PACKAGE}.runs.gates")
 
 
-class _Ahead(threading.Thread):
+class Ahead(threading.Thread):
     """The module loads of one try's :func:`try_engine`, begun early in a daemon thread (:func:`engine_ahead`),
     with the engine resolved ahead on the try's thread, if it was."""
 
@@ -52,11 +52,9 @@ class _Ahead(threading.Thread):
             self.engine = None
 
 
-_ahead: dict[tuple[str, str | None], _Ahead] = {}
-
-
-def engine_ahead(conn_id: str, profile: str | None, *steps: str) -> None:
-    """Begin :func:`try_engine`'s work for this try now; :func:`try_engine` takes it.
+def engine_ahead(conn_id: str, profile: str | None, *steps: str) -> Ahead | None:
+    """Begin :func:`try_engine`'s work for this try now; the try passes what this returns to :func:`try_engine`
+    (the operator copy Airflow's ``prepare_for_execution`` makes for the try carries it: no state outlives it).
 
     Where Airflow's task-process channel serializes the threads that use it
     (:func:`~airflow_provider_etl_craft._compat.channel_serializes_threads`), the profile is resolved here, on
@@ -73,24 +71,23 @@ def engine_ahead(conn_id: str, profile: str | None, *steps: str) -> None:
         except Exception:  # noqa: BLE001 - resolved again by try_engine, which raises it typed
             engine = None
     elif all(name in sys.modules for name in (*_ENGINE_MODULES, *_modules(steps))):
-        return  # a later try in the same process (dag.test()): nothing left to do ahead
-    ahead = _Ahead(key, steps, engine)
-    _ahead[key] = ahead
+        return None  # a later try in the same process (dag.test()): nothing left to do ahead
+    ahead = Ahead(key, steps, engine)
     ahead.start()
+    return ahead
 
 
-def try_engine(conn_id: str, profile: str | None, *steps: str) -> EngineDialect:
+def try_engine(conn_id: str, profile: str | None, *steps: str, ahead: Ahead | None = None) -> EngineDialect:
     """The process's dialect for the Engine DB of Airflow connection ``conn_id`` (``profile``: the Engine
     profile of a file-backed connection), its login started.
 
     On PostgreSQL the login runs in the background while the modules of ``steps`` (names in
     ``airflow_provider_etl_craft.runs``) load; the first :func:`~airflow_provider_etl_craft.runs.lifecycle.lent_lifecycle`
     takes that session. Call it once per try, and borrow next without talking to Airflow in between
-    (:func:`~airflow_provider_etl_craft.engine.reuse.log_in_ahead`). Takes what :func:`engine_ahead` began for
-    the same connection, once it is done.
+    (:func:`~airflow_provider_etl_craft.engine.reuse.log_in_ahead`). Takes what :func:`engine_ahead` began
+    (``ahead``) for the same connection, once it is done.
     """
-    ahead = _ahead.pop((conn_id, profile), None)
-    if ahead is not None:
+    if ahead is not None and ahead.key == (conn_id, profile):
         ahead.join()
         if ahead.engine is not None:
             return ahead.engine

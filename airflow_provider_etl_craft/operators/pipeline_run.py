@@ -33,6 +33,7 @@ from airflow_provider_etl_craft.settings import setting
 if TYPE_CHECKING:
     from airflow_provider_etl_craft._compat import BaseOperatorLink
     from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+    from airflow_provider_etl_craft.operators._engine import Ahead
     from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
 #: Retries a claim has at least, whatever the DAG's: a claim's retry is idempotent (it resumes its own run),
@@ -100,21 +101,27 @@ class _PipelineOperatorMixin(LineageMixin):
 
     #: The run lifecycle's step this operator's tries take (a module of ``airflow_provider_etl_craft.runs``).
     _etl_craft_step: str
+    #: The Engine DB work this try began when Airflow prepared it (:meth:`prepare_for_execution`).
+    _etl_craft_ahead: Ahead | None = None
 
     def _engine(self, step: str) -> EngineDialect:
         """This try's Engine DB (the process's one connection, its login started; docs/performance.md): the
         module of the run lifecycle's ``step`` loads meanwhile."""
         from airflow_provider_etl_craft.operators._engine import try_engine
 
-        return try_engine(self.etl_craft_conn_id, self.etl_craft_profile, step)
+        ahead, self._etl_craft_ahead = self._etl_craft_ahead, None
+        return try_engine(self.etl_craft_conn_id, self.etl_craft_profile, step, ahead=ahead)
 
     def prepare_for_execution(self) -> Any:
         """Airflow's task runner calls this first when it runs the task: the try's Engine DB work begins here
-        (:func:`~airflow_provider_etl_craft.operators._engine.engine_ahead`)."""
+        (:func:`~airflow_provider_etl_craft.operators._engine.engine_ahead`), carried by the copy it runs."""
         from airflow_provider_etl_craft.operators._engine import engine_ahead
 
-        engine_ahead(self.etl_craft_conn_id, self.etl_craft_profile, self._etl_craft_step)
-        return super().prepare_for_execution()
+        prepared = super().prepare_for_execution()
+        prepared._etl_craft_ahead = engine_ahead(
+            self.etl_craft_conn_id, self.etl_craft_profile, self._etl_craft_step
+        )
+        return prepared
 
     def _lifecycle(self, engine: EngineDialect) -> AbstractContextManager[RunLifecycle]:
         from airflow_provider_etl_craft.runs.lifecycle import lent_lifecycle

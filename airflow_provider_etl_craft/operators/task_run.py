@@ -48,6 +48,7 @@ TRY_STEPS = ("attempts", "start")
 if TYPE_CHECKING:
     from airflow_provider_etl_craft._compat import BaseOperatorLink
     from airflow_provider_etl_craft.engine.dialects.base import EngineDialect
+    from airflow_provider_etl_craft.operators._engine import Ahead
     from airflow_provider_etl_craft.runs.lifecycle import RunLifecycle
 
 
@@ -140,6 +141,8 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         self._etl_craft_attempt: AttemptHandle | None = None
         self._etl_craft_killed = False
         self._etl_craft_engine: EngineDialect | None = None
+        #: The Engine DB work this try began when Airflow prepared it (:meth:`prepare_for_execution`).
+        self._etl_craft_ahead: Ahead | None = None
         #: What this try recorded, and in which DAG run: its OpenLineage facet (docs/lineage.md) reads them.
         self._etl_craft_ended: Ended | None = None
         self._etl_craft_run_key: str | None = None
@@ -173,7 +176,8 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         from airflow_provider_etl_craft.operators._engine import try_engine
 
         if self._etl_craft_engine is None:
-            self._etl_craft_engine = try_engine(*self._etl_craft_engine_key(), *TRY_STEPS)
+            ahead, self._etl_craft_ahead = self._etl_craft_ahead, None
+            self._etl_craft_engine = try_engine(*self._etl_craft_engine_key(), *TRY_STEPS, ahead=ahead)
         return self._etl_craft_engine
 
     def _etl_craft_engine_key(self) -> tuple[str, str | None]:
@@ -183,11 +187,12 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         """Airflow's task runner calls this first when it runs the task, then renders its templates and stores
         them through Airflow's API: the try's Engine DB work begins here, in a thread, to run while the runner
         waits (:func:`~airflow_provider_etl_craft.operators._engine.engine_ahead`)."""
+        prepared = super().prepare_for_execution()
         if self.pipeline_code and self.task_code:
             from airflow_provider_etl_craft.operators._engine import engine_ahead
 
-            engine_ahead(*self._etl_craft_engine_key(), *TRY_STEPS)
-        return super().prepare_for_execution()
+            prepared._etl_craft_ahead = engine_ahead(*self._etl_craft_engine_key(), *TRY_STEPS)
+        return prepared
 
     def _etl_craft_lifecycle(self) -> AbstractContextManager[RunLifecycle]:
         """The run lifecycle on this try's Engine DB (:meth:`_etl_craft_try_engine`)."""

@@ -12,16 +12,13 @@ import sys
 import textwrap
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import pytest
 from packaging.version import Version
 
 from airflow_provider_etl_craft import _compat
-from airflow_provider_etl_craft.config import connection
 from airflow_provider_etl_craft.engine import reuse
 from airflow_provider_etl_craft.errors import ConfigurationError
-from airflow_provider_etl_craft.operators import _engine
 from airflow_provider_etl_craft.operators.pipeline_run import FinishPipelineRunOperator
 from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator
 from harness.engines import EngineSetup
@@ -33,20 +30,6 @@ CONN_ID = "etl_craft_ahead"
 
 def file_conn(config: Path) -> str:
     return json.dumps({"conn_type": "etl_craft", "extra": {"config_path": str(config)}})
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The profile reads of the test, by connection id."""
-    seen: list[str] = []
-    read = connection.profile_for_conn_id
-
-    def counted(conn_id: str, profile: str | None = None) -> Any:
-        seen.append(conn_id)
-        return read(conn_id, profile)
-
-    monkeypatch.setattr(connection, "profile_for_conn_id", counted)
-    return seen
 
 
 def recorded_task() -> EtlCraftPythonOperator:
@@ -69,7 +52,6 @@ def test_the_task_channel_serializes_threads_from_airflow_3_2(monkeypatch: pytes
 CHILD = textwrap.dedent(
     """
     import json, sys
-    from airflow_provider_etl_craft.operators import _engine
     from airflow_provider_etl_craft.operators.task_run import EtlCraftPythonOperator
 
     TRY = ("config.connection", "engine.reuse", "runs.lifecycle", "runs.gates", "runs.attempts", "runs.start")
@@ -78,7 +60,7 @@ CHILD = textwrap.dedent(
                                   python_callable=lambda: 1)
     before = [name for name in names if name in sys.modules]
     prepared = task.prepare_for_execution()
-    ahead = _engine._ahead[(sys.argv[1], None)]
+    ahead = prepared._etl_craft_ahead
     ahead.join()
     after = [name for name in names if name in sys.modules]
     engine = prepared._etl_craft_try_engine()
@@ -115,7 +97,7 @@ def test_a_recorded_try_loads_its_modules_while_airflow_prepares_it(make_engine,
 def test_where_the_channel_serializes_threads_the_profile_is_read_once_ahead(
     dialect: str,
     make_engine,
-    reads: list[str],
+    profile_reads: list[str],
     monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
 ) -> None:
     """The profile is read when the task is prepared (the login started then, on PostgreSQL); the try takes
@@ -125,11 +107,12 @@ def test_where_the_channel_serializes_threads_the_profile_is_read_once_ahead(
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", file_conn(setup.config_path))
     monkeypatch.setattr(_compat, "channel_serializes_threads", lambda: True)
     prepared = recorded_task().prepare_for_execution()
-    assert reads == [CONN_ID]  # read on the preparing thread
-    ahead = _engine._ahead[(CONN_ID, None)]
+    assert profile_reads == [CONN_ID]  # read on the preparing thread
+    ahead = prepared._etl_craft_ahead
     engine = prepared._etl_craft_try_engine()
     assert engine is ahead.engine
-    assert reads == [CONN_ID]  # the try took it: no second read
+    assert profile_reads == [CONN_ID]  # the try took it: no second read
+    assert prepared._etl_craft_ahead is None  # taken once: a later try of this object begins its own
     slot = reuse._slot(engine.profile)
     assert (slot.login is not None) is (dialect == "postgresql")  # the login under way, to be taken
     with reuse.borrowed(engine) as loan:
@@ -139,7 +122,7 @@ def test_where_the_channel_serializes_threads_the_profile_is_read_once_ahead(
 
 @pytest.mark.parametrize("serialized", [True, False])
 def test_a_profile_that_fails_ahead_fails_the_try_typed(
-    serialized: bool, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+    serialized: bool, tmp_path: Path, profile_reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Preparing never raises: the try reads the profile again and raises the typed error there."""
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", file_conn(tmp_path / "missing.yml"))
@@ -147,19 +130,20 @@ def test_a_profile_that_fails_ahead_fails_the_try_typed(
     prepared = recorded_task().prepare_for_execution()
     with pytest.raises(ConfigurationError, match="missing.yml"):
         prepared._etl_craft_try_engine()
-    assert reads == [CONN_ID, CONN_ID] if serialized else reads == [CONN_ID]
+    assert profile_reads == [CONN_ID, CONN_ID] if serialized else profile_reads == [CONN_ID]
 
 
 def test_the_finish_begins_its_engine_db_ahead(
-    make_engine, reads: list[str], monkeypatch: pytest.MonkeyPatch
+    make_engine, profile_reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:  # noqa: ANN001
     """The claim and the finish begin their try's Engine DB the same way, with their step's module."""
     setup: EngineSetup = make_engine("sqlite")
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", file_conn(setup.config_path))
     monkeypatch.setattr(_compat, "channel_serializes_threads", lambda: True)
     finish = FinishPipelineRunOperator(task_id="finish", pipeline_code="SALES", etl_craft_conn_id=CONN_ID)
-    finish.prepare_for_execution()
-    ahead = _engine._ahead[(CONN_ID, None)]
-    assert ahead.steps == ("finish",)
-    assert finish._engine("finish") is ahead.engine
-    assert reads == [CONN_ID]
+    prepared = finish.prepare_for_execution()
+    ahead = prepared._etl_craft_ahead
+    assert ahead is not None and ahead.steps == ("finish",)
+    assert finish._etl_craft_ahead is None  # carried by the copy Airflow runs, not by the DAG's task
+    assert prepared._engine("finish") is ahead.engine
+    assert profile_reads == [CONN_ID]

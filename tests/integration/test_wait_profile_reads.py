@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_etl_craft.config import connection
 from airflow_provider_etl_craft.operators import _wait
 from airflow_provider_etl_craft.operators.pipeline_run import ClaimPipelineRunOperator
 from harness.engines import EngineSetup
@@ -34,7 +33,7 @@ class Deferring:
 
 
 @pytest.fixture
-def reads(make_engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:  # noqa: ANN001 - the factory fixture
+def reads(make_engine, profile_reads: list[str], monkeypatch: pytest.MonkeyPatch) -> list[str]:  # noqa: ANN001 - the factory fixture
     """A SQLite Engine DB behind ``etl_craft_default``; the profile reads of the test, by connection id."""
     setup: EngineSetup = make_engine("sqlite")
     seed(setup, {"SALES": ["LOAD"]})
@@ -42,15 +41,7 @@ def reads(make_engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:  # noqa: A
         "AIRFLOW_CONN_ETL_CRAFT_DEFAULT",
         json.dumps({"conn_type": "etl_craft", "extra": {"config_path": str(setup.config_path)}}),
     )
-    seen: list[str] = []
-    read = connection.profile_for_conn_id
-
-    def counted(conn_id: str, profile: str | None = None) -> Any:
-        seen.append(conn_id)
-        return read(conn_id, profile)
-
-    monkeypatch.setattr(connection, "profile_for_conn_id", counted)
-    return seen
+    return profile_reads
 
 
 def claim_wait() -> _wait.Wait:

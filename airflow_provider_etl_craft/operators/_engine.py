@@ -7,8 +7,9 @@ try as the hook reads it, and the process's one connection to that Engine DB
 common-sql (with ``sqlparse``) costs a task process 20-30 ms that none of these steps needs
 (docs/performance.md, "In the task process").
 
-A recorded try starts that work early (:func:`engine_ahead`), when Airflow's task runner prepares the task,
-so that it runs while the runner waits on Airflow's API (the rendered fields' call) instead of after it.
+A recorded task, the claim and the finish begin that work early (:func:`engine_ahead`), when Airflow's task
+runner prepares the task, so that it runs while the runner waits on Airflow's API (the rendered fields' call)
+instead of after it.
 """
 
 from __future__ import annotations

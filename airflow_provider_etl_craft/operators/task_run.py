@@ -171,8 +171,8 @@ class RecordedTaskMixin(LineageMixin):  # type-checked as an operator, through L
         """This try's Engine DB on the process's connection (the profile read once per try, as the hook reads
         it, but without the hook: common-sql stays unimported).
 
-        A try's first use starts the login in the background and loads the modules of the attempt's steps
-        meanwhile (docs/performance.md, "In the task process")."""
+        A try's first use takes what :meth:`prepare_for_execution` began (the modules, and on Airflow 3.2+ the
+        profile and the login), else begins it here (docs/performance.md, "In the task process")."""
         from airflow_provider_etl_craft.operators._engine import try_engine
 
         if self._etl_craft_engine is None:
